@@ -1,0 +1,185 @@
+"""A real nspawn lab for a test module: up before its first test, down after its last one, always.
+
+Use it from any test module under tests/lab/:
+
+    import pytest
+
+    pytestmark = pytest.mark.lab
+    LAB_NODES = 2            # optional, default 3
+    LAB_NAME = "tdeploy"     # optional, 1-8 of [a-z0-9]; default: "t" + a hash of the module's path
+
+    def test_something(lab):
+        result = lab.ssh("node1", "systemctl is-active ray-head")
+        assert result.stdout.strip() == "active"
+        lab.ansible_playbook("playbooks/deploy.yml")          # -i the lab's own inventory
+
+API of the `lab` fixture (module scope; one lab per module, so modules can run in parallel):
+    lab.name, lab.nodes (["node1", ...]), lab.inventory (Path of the generated inventory
+        directory: hosts.yml, host_vars/, ssh/), lab.key (the SSH private key)
+    lab.management_address(node), lab.fabric_address(node), lab.gateway (host end of management)
+    lab.ssh(node, command, check=True, timeout=120) -> CompletedProcess   command: one shell string
+    lab.run(*args, check=True, timeout=...) -> CompletedProcess         lab/lab ARGS --name <lab>
+    lab.hw_set(node, key=value, ...), lab.hw_show(node) -> dict, lab.hw_reset(node)   node may be "all"
+    lab.node(node, "poweroff" | "start" | "reboot")
+    lab.status() -> dict                                                 `lab status --json`
+    lab.down() -> CompletedProcess                                       idempotent; teardown calls it
+    lab.ansible_env() -> dict, lab.ansible_playbook(playbook, *args, check=True, timeout=1800)
+For a second lab or another scope: the `make_lab` fixture, `with make_lab("t2", nodes=1) as other:`.
+
+The lab is brought down even when tests fail, and teardown fails the module when
+`lab down` reports leftovers. Needs root and the host packages of scripts/bootstrap;
+without them the tests FAIL with the reason (they are never skipped).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_CLI = REPO / "lab" / "lab"
+CONTROLLER_BIN = REPO / ".venv" / "bin"
+UP_TIMEOUT_S = 900  # a fresh machine first builds the node image (about 2 minutes here)
+DOWN_TIMEOUT_S = 300
+sys.path.insert(0, str(REPO / "lab"))
+from vlab.machines import SSH_OPTIONS  # noqa: E402  (the options lab/lab itself uses)
+
+
+class Lab:
+    """Handle on one running lab (see the module docstring)."""
+
+    def __init__(self, name: str, nodes: int) -> None:
+        self.name = name
+        self.node_count = nodes
+        self.record: dict = {}
+
+    # --- lifecycle ------------------------------------------------------------
+    def run(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+        argv = [str(LAB_CLI), *args, "--name", self.name]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"`{' '.join(argv)}` exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def up(self) -> subprocess.CompletedProcess:
+        proc = self.run("up", "--nodes", str(self.node_count), timeout=UP_TIMEOUT_S)
+        self.record = self.status()
+        return proc
+
+    def down(self) -> subprocess.CompletedProcess:
+        return self.run("down", timeout=DOWN_TIMEOUT_S)
+
+    def status(self) -> dict:
+        proc = self.run("status", "--json", check=False, timeout=120)
+        return json.loads(proc.stdout)
+
+    # --- shape -----------------------------------------------------------------
+    @property
+    def nodes(self) -> list[str]:
+        return [f"node{k}" for k in range(1, self.node_count + 1)]
+
+    @property
+    def inventory(self) -> Path:
+        return Path(self.record["spec"]["inventory_dir"])
+
+    @property
+    def key(self) -> Path:
+        return self.inventory / "ssh" / "id_ed25519"
+
+    def _node(self, node: str) -> dict:
+        return next(n for n in self.record["nodes"] if n["node"] == node)
+
+    def management_address(self, node: str) -> str:
+        return self._node(node)["management_address"]
+
+    def fabric_address(self, node: str) -> str:
+        return self._node(node)["fabric_address"]
+
+    @property
+    def gateway(self) -> str:
+        return self.record["management_gateway"]
+
+    # --- nodes -----------------------------------------------------------------
+    def ssh(self, node: str, command: str, *, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        argv = ["ssh", "-i", str(self.key), *SSH_OPTIONS, f"root@{self.management_address(node)}", command]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{node}: `{command}` exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def hw_set(self, node: str, **keys: object) -> subprocess.CompletedProcess:
+        assignments = [f"{k.replace('__', '.')}={'' if v is None else v}" for k, v in keys.items()]
+        return self.run("hw", "set", node, *assignments)
+
+    def hw_show(self, node: str) -> dict:
+        return json.loads(self.run("hw", "show", node).stdout)
+
+    def hw_reset(self, node: str) -> subprocess.CompletedProcess:
+        return self.run("hw", "reset", node)
+
+    def node(self, node: str, action: str) -> subprocess.CompletedProcess:
+        return self.run("node", node, action, timeout=300)
+
+    # --- ansible -------------------------------------------------------------
+    def ansible_env(self) -> dict[str, str]:
+        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+                   PATH=f"{CONTROLLER_BIN}:{os.environ.get('PATH', '')}")
+        env.setdefault("ANSIBLE_INVENTORY_IGNORE_REGEX", "^ssh$")  # the key directory is not inventory
+        return env
+
+    def ansible_playbook(self, playbook: str, *args: str, check: bool = True,
+                         timeout: float = 1800) -> subprocess.CompletedProcess:
+        argv = [str(CONTROLLER_BIN / "ansible-playbook"), "-i", str(self.inventory), playbook, *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                              cwd=REPO, env=self.ansible_env())
+        if check and proc.returncode != 0:
+            raise AssertionError(f"`{shlex.join(argv)}` exited {proc.returncode}:\n{proc.stdout[-8000:]}\n"
+                                 f"{proc.stderr[-4000:]}")
+        return proc
+
+
+def _check_host() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("the lab tests need root (namespaces, mounts, systemd-nspawn)")
+    missing = [t for t in ("systemd-nspawn", "debootstrap", "ip", "nsenter", "ssh") if shutil.which(t) is None]
+    if missing:
+        pytest.fail(f"the lab tests need {', '.join(missing)}: run scripts/bootstrap")
+
+
+@contextlib.contextmanager
+def lab_session(name: str, nodes: int = 3) -> Iterator[Lab]:
+    """Bring lab `name` up with `nodes` nodes; always bring it down; fail on leftovers."""
+    _check_host()
+    lab = Lab(name, nodes)
+    try:
+        lab.up()
+        yield lab
+    finally:
+        lab.down()
+
+
+def default_lab_name(module_path: str) -> str:
+    return "t" + hashlib.sha256(module_path.encode()).hexdigest()[:6]
+
+
+@pytest.fixture(scope="module")
+def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
+    module = request.module
+    name = getattr(module, "LAB_NAME", None) or default_lab_name(str(Path(module.__file__).relative_to(REPO)))
+    with lab_session(name, getattr(module, "LAB_NODES", 3)) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="session")
+def make_lab():
+    """`lab_session` as a fixture: `with make_lab(name, nodes) as other:` for a lab of the test's own."""
+    return lab_session
