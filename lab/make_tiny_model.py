@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Build a tiny Llama or Mixtral model directory offline: config, tokenizer, optional weights.
+
+Runs in the node runtime (.venv-runtime: tokenizers, transformers, torch). The
+tokenizer is a byte-level BPE trained here on a fixed corpus, so nothing is
+downloaded. Without --weights, serve it with ``--load-format dummy``; with
+--weights it writes random bfloat16 safetensors, so real weight loading works.
+
+    .venv-runtime/bin/python lab/make_tiny_model.py llama /tmp/tiny-llama
+    .venv-runtime/bin/python lab/make_tiny_model.py mixtral /tmp/tiny-mixtral --weights
+
+The default shape passes vLLM's CPU rules: head_dim 32 (>= 32), hidden and
+intermediate sizes divisible by 32 (the CPU MoE kernel), heads and KV heads
+that TP=1 and TP=2 divide.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+VOCAB_SIZE = 512
+SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
+
+
+def make_tokenizer(out):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    corpus = [f"the quick brown fox jumps over the lazy dog {i}" for i in range(2000)]
+    tokenizer.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    fast.save_pretrained(out)
+    return len(fast)
+
+
+def make_config(kind, layers, heads, kv_heads, head_dim, experts):
+    hidden = heads * head_dim
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "max_position_embeddings": 2048,
+        "vocab_size": VOCAB_SIZE,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "hidden_act": "silu",
+    }
+    if kind == "mixtral":
+        config.update(
+            {
+                "architectures": ["MixtralForCausalLM"],
+                "model_type": "mixtral",
+                "num_local_experts": experts,
+                "num_experts_per_tok": 2,
+            }
+        )
+    return config
+
+
+def write_weights(out):
+    """Random bfloat16 weights from the config, through transformers, as model.safetensors."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    config = AutoConfig.from_pretrained(out)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(out, safe_serialization=True)
+    return sum(p.numel() for p in model.parameters())
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=["llama", "mixtral"])
+    parser.add_argument("out", help="directory to create (or fill)")
+    parser.add_argument("--weights", action="store_true", help="also write random bfloat16 safetensors")
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--kv-heads", type=int, default=2)
+    parser.add_argument("--head-dim", type=int, default=32)
+    parser.add_argument("--experts", type=int, default=4)
+    args = parser.parse_args(argv)
+
+    os.makedirs(args.out, exist_ok=True)
+    vocab = make_tokenizer(args.out)
+    config = make_config(args.kind, args.layers, args.heads, args.kv_heads, args.head_dim, args.experts)
+    with open(os.path.join(args.out, "config.json"), "w", encoding="utf-8") as handle:
+        json.dump(config, handle, indent=1)
+    summary = {"out": args.out, "kind": args.kind, "vocab": vocab}
+    if args.weights:
+        summary["params"] = write_weights(args.out)
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,520 @@
+"""Read a Hugging Face ``config.json`` (or a catalog entry) into the numbers the planner needs.
+
+Pure Python (3.11+), no Ansible and no third-party imports. Parameters are
+counted from tensor shapes the way vLLM shards them, so the same functions give
+the whole model (``tp=1``) and what one tensor-parallel rank holds.
+
+Assumptions, all stated in docs/planner.md:
+- decoder-only transformers with a gated MLP (Llama, Qwen2, Mistral/Mixtral,
+  DeepSeek-V2/V3 families); other shapes can pass ``weights_gib`` explicitly;
+- vLLM's ``--dtype auto``: float32 checkpoints are served in bfloat16, so
+  weights and the KV cache use 2 bytes per value unless quantized;
+- multi-token-prediction layers (DeepSeek ``num_nextn_predict_layers``) are not
+  loaded by ``vllm serve`` without speculative decoding, so they are not counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import model_catalog
+
+GIB = 1024**3
+# vLLM pads the vocabulary of VocabParallelEmbedding / ParallelLMHead to this.
+VOCAB_PADDING = 64
+
+_DTYPE_BYTES = {
+    "float32": 4,
+    "float": 4,
+    "fp32": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "half": 2,
+    "fp16": 2,
+}
+
+
+class ModelConfigError(ValueError):
+    """The model description cannot be read or is not a shape the planner understands."""
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise ModelConfigError(f"cannot read model config {path}: {exc.strerror}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelConfigError(f"model config {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ModelConfigError(f"model config {path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _resolve_source(name):
+    """Return ``(config, source, default_model_path, short_name)`` for a string model input."""
+    if not name.strip():
+        raise ModelConfigError("model must be a catalog name, a hub id or a path, got an empty string")
+    expanded = os.path.expanduser(name)
+    if os.path.isdir(expanded):
+        config_path = os.path.join(expanded, "config.json")
+        if not os.path.isfile(config_path):
+            raise ModelConfigError(f"model directory {expanded} has no config.json")
+        directory = os.path.abspath(expanded)
+        return _read_json(config_path), f"file:{os.path.abspath(config_path)}", directory, None
+    if os.path.isfile(expanded):
+        directory = os.path.dirname(os.path.abspath(expanded))
+        return _read_json(expanded), f"file:{os.path.abspath(expanded)}", directory, None
+    hit = model_catalog.lookup(name)
+    if hit is not None:
+        short, hub_id, config = hit
+        return config, f"catalog:{short}", hub_id, short
+    if name.startswith(("/", "./", "../", "~")) or name.endswith(".json"):
+        raise ModelConfigError(f"model path {name} does not exist")
+    raise ModelConfigError(
+        f"unknown model {name!r}: not a catalog name or hub id ({', '.join(model_catalog.catalog_names())}) "
+        "and not an existing directory or config.json"
+    )
+
+
+# --------------------------------------------------------------------------- field access
+
+
+def _int_field(cfg, key, *, default=None, minimum=1, required=True):
+    value = cfg.get(key, default)
+    if value is None:
+        if required:
+            raise ModelConfigError(f"model config lacks {key!r}")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ModelConfigError(f"model config field {key!r} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ModelConfigError(f"model config field {key!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def _first_int(cfg, keys):
+    for key in keys:
+        if cfg.get(key) is not None:
+            return _int_field(cfg, key, minimum=0)
+    return 0
+
+
+def _bool_field(cfg, key, default=False):
+    value = cfg.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ModelConfigError(f"model config field {key!r} must be true or false, got {value!r}")
+    return value
+
+
+def serving_dtype(cfg):
+    """The dtype ``vllm serve --dtype auto`` runs in, and its bytes per value.
+
+    vLLM downcasts float32 checkpoints to the platform's first supported dtype
+    (bfloat16 on CUDA >= sm80 and on x86/ARM CPUs); older GPUs fall back to
+    float16, which has the same size.
+    """
+    raw = cfg.get("torch_dtype", cfg.get("dtype", "float32"))
+    if raw is None:
+        raw = "float32"
+    if not isinstance(raw, str) or raw.lower().replace("torch.", "") not in _DTYPE_BYTES:
+        raise ModelConfigError(
+            f"model config dtype {raw!r} is not one of float32, bfloat16, float16 (what vLLM serves)"
+        )
+    name = raw.lower().replace("torch.", "")
+    if _DTYPE_BYTES[name] == 4:
+        return "bfloat16", 2
+    return ("float16" if name in ("float16", "half", "fp16") else "bfloat16"), 2
+
+
+def quantized_bytes_per_param(quant):
+    """Bytes per parameter of a quantized linear weight, scales included; ``(method, bytes)``."""
+    if quant is None:
+        return None, None
+    if not isinstance(quant, dict):
+        raise ModelConfigError(f"quantization_config must be an object, got {quant!r}")
+    method = str(quant.get("quant_method", "")).lower()
+    if method in ("fp8", "fbgemm_fp8", "ptpc_fp8"):
+        block = quant.get("weight_block_size")
+        scale = 0.0
+        if isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block):
+            scale = 4.0 / (block[0] * block[1])  # one float32 scale per block
+        return method, 1.0 + scale
+    if method == "modelopt":
+        algo = str(quant.get("quant_algo", quant.get("quantization", {}).get("quant_algo", ""))).upper()
+        if algo.startswith("FP8"):
+            return method, 1.0
+        if algo == "NVFP4":
+            return method, 0.5 + 1.0 / 16  # one fp8 scale per 16 values
+        raise ModelConfigError(f"modelopt quant_algo {algo!r} is not known to the planner; pass weights_gib")
+    if method == "mxfp4":
+        return method, 0.5 + 1.0 / 32
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "marlin"):
+        bits = quant.get("bits", quant.get("w_bit"))
+        group = quant.get("group_size", quant.get("q_group_size", 128))
+        if not isinstance(bits, int) or bits not in (2, 3, 4, 8):
+            raise ModelConfigError(f"{method} quantization needs bits in 2/3/4/8, got {bits!r}")
+        if not isinstance(group, int) or group == 0:
+            raise ModelConfigError(f"{method} quantization has an invalid group_size {group!r}")
+        per_group = 0.0 if group < 0 else (2.0 + bits / 8.0) / group  # fp16 scale + packed zero
+        return method, bits / 8.0 + per_group
+    if method == "compressed-tensors":
+        groups = quant.get("config_groups")
+        if isinstance(groups, dict) and groups:
+            first = next(iter(groups.values()))
+            weights = first.get("weights") if isinstance(first, dict) else None
+            if isinstance(weights, dict) and isinstance(weights.get("num_bits"), int):
+                bits = weights["num_bits"]
+                group = weights.get("group_size")
+                per_group = 2.0 / group if isinstance(group, int) and group > 0 else 0.0
+                return method, bits / 8.0 + per_group
+        raise ModelConfigError(
+            "compressed-tensors config without config_groups.*.weights.num_bits; pass weights_gib"
+        )
+    if method == "bitsandbytes":
+        if quant.get("load_in_4bit"):
+            return method, 0.5 + 4.0 / 64  # float32 absmax per 64-value block
+        if quant.get("load_in_8bit"):
+            return method, 1.0 + 4.0 / 64
+        raise ModelConfigError(
+            "bitsandbytes config with neither load_in_4bit nor load_in_8bit; pass weights_gib"
+        )
+    raise ModelConfigError(
+        f"quantization method {method or quant!r} is not known to the planner; pass weights_gib"
+    )
+
+
+# --------------------------------------------------------------------------- normalising
+
+
+def normalize_config(cfg, *, source, path, name=None, weights_gib=None):
+    """Turn a HF config dict into the planner's model description (a plain dict).
+
+    Keys starting with ``_`` are internal (per-layer structure) and are left out
+    of the plan.
+    """
+    if not isinstance(cfg, dict):
+        raise ModelConfigError(f"model config must be an object, got {type(cfg).__name__}")
+    text = cfg
+    if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
+        text = dict(cfg["text_config"])
+        text.setdefault("torch_dtype", cfg.get("torch_dtype", cfg.get("dtype")))
+        text.setdefault("quantization_config", cfg.get("quantization_config"))
+
+    architectures = cfg.get("architectures") or ["unknown"]
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise ModelConfigError(
+            f"model config field 'architectures' must be a list of strings, got {architectures!r}"
+        )
+    model_type = text.get("model_type", cfg.get("model_type", ""))
+    if not isinstance(model_type, str):
+        raise ModelConfigError(f"model config field 'model_type' must be a string, got {model_type!r}")
+
+    hidden = _int_field(text, "hidden_size")
+    layers = _int_field(text, "num_hidden_layers")
+    heads = _int_field(text, "num_attention_heads")
+    kv_heads = _int_field(text, "num_key_value_heads", default=heads)
+    vocab = _int_field(text, "vocab_size")
+    intermediate = _int_field(text, "intermediate_size")
+    max_positions = _int_field(text, "max_position_embeddings", required=False)
+    tied = _bool_field(text, "tie_word_embeddings", default=False)
+    dtype, dtype_bytes = serving_dtype(text)
+    quant_method, quant_bytes = quantized_bytes_per_param(text.get("quantization_config"))
+    weight_bytes = quant_bytes if quant_bytes is not None else float(dtype_bytes)
+
+    kv_lora_rank = _int_field(text, "kv_lora_rank", required=False)
+    is_mla = kv_lora_rank is not None
+    if is_mla:
+        rope = _int_field(text, "qk_rope_head_dim")
+        nope = _int_field(text, "qk_nope_head_dim")
+        v_head = _int_field(text, "v_head_dim")
+        q_lora = _int_field(text, "q_lora_rank", required=False)
+        head_dim = nope + rope
+        attention = "mla"
+    else:
+        rope = nope = q_lora = None
+        if kv_heads > heads or heads % kv_heads:
+            raise ModelConfigError(
+                f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})"
+            )
+        head_dim = _int_field(text, "head_dim", required=False)
+        if head_dim is None:
+            if hidden % heads:
+                raise ModelConfigError(
+                    f"hidden_size ({hidden}) is not divisible by num_attention_heads ({heads}) and no head_dim is given"
+                )
+            head_dim = hidden // heads
+        v_head = head_dim
+        attention = "mha" if kv_heads == heads else "gqa"
+
+    experts = _first_int(text, ("num_local_experts", "n_routed_experts", "num_experts"))
+    is_moe = experts > 1
+    if is_moe:
+        per_token = _int_field(text, "num_experts_per_tok")
+        if per_token > experts:
+            raise ModelConfigError(f"num_experts_per_tok ({per_token}) exceeds the expert count ({experts})")
+        moe_intermediate = _int_field(text, "moe_intermediate_size", default=intermediate)
+        shared_intermediate = 0
+        if text.get("n_shared_experts") is not None:
+            shared_intermediate = _int_field(text, "n_shared_experts", minimum=0) * moe_intermediate
+        elif text.get("shared_expert_intermediate_size") is not None:
+            shared_intermediate = _int_field(text, "shared_expert_intermediate_size", minimum=0)
+        first_dense = _int_field(text, "first_k_dense_replace", default=0, minimum=0)
+        frequency = _int_field(text, "moe_layer_freq", default=1)
+        sparse_step = _int_field(text, "decoder_sparse_step", default=1)
+        mlp_only = text.get("mlp_only_layers") or []
+        if not isinstance(mlp_only, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in mlp_only
+        ):
+            raise ModelConfigError(f"mlp_only_layers must be a list of layer indices, got {mlp_only!r}")
+        moe_layers = [
+            i
+            for i in range(layers)
+            if i >= first_dense and i % frequency == 0 and (i + 1) % sparse_step == 0 and i not in mlp_only
+        ]
+        if not moe_layers:
+            raise ModelConfigError(f"the config declares {experts} experts but no layer is a MoE layer")
+    else:
+        experts = per_token = moe_intermediate = shared_intermediate = 0
+        moe_layers = []
+
+    sliding_window = None
+    if text.get("use_sliding_window", True) and isinstance(text.get("sliding_window"), int):
+        if not isinstance(text["sliding_window"], bool) and text["sliding_window"] > 0:
+            sliding_window = text["sliding_window"]
+
+    model_type_l = model_type.lower()
+    attention_bias = _bool_field(text, "attention_bias", default=False)
+    spec = {
+        "name": name,
+        "architecture": architectures[0],
+        "model_type": model_type,
+        "is_moe": is_moe,
+        "attention": attention,
+        "layers": layers,
+        "heads": heads,
+        "kv_heads": 1 if is_mla else kv_heads,
+        "head_dim": head_dim,
+        "v_head_dim": v_head,
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "vocab_size": vocab,
+        "tie_word_embeddings": tied,
+        "experts": experts,
+        "experts_per_token": per_token,
+        "moe_intermediate_size": moe_intermediate,
+        "shared_expert_intermediate_size": shared_intermediate,
+        "moe_layers": len(moe_layers),
+        "kv_lora_rank": kv_lora_rank,
+        "qk_rope_head_dim": rope,
+        "q_lora_rank": q_lora,
+        "dtype": dtype,
+        "dtype_bytes": dtype_bytes,
+        "quantization": quant_method,
+        "weight_bytes_per_param": round(weight_bytes, 6),
+        "max_position_embeddings": max_positions,
+        "sliding_window": sliding_window,
+        "mtp_layers_not_loaded": _int_field(text, "num_nextn_predict_layers", default=0, minimum=0),
+        "source": source,
+        "path": path,
+        "_moe_layer_set": frozenset(moe_layers),
+        "_qkv_bias": attention_bias or model_type_l.startswith("qwen2"),
+        "_o_bias": attention_bias,
+        "_mlp_bias": _bool_field(text, "mlp_bias", default=False),
+        "_q_nope": nope,
+        "_weights_scale": 1.0,
+    }
+    params = param_count(spec)
+    spec["params"] = params["total"]
+    spec["params_routed_experts"] = params["routed_experts"]
+    computed_bytes = model_bytes(spec)
+    if weights_gib is not None:
+        if isinstance(weights_gib, bool) or not isinstance(weights_gib, int | float) or not weights_gib > 0:
+            raise ModelConfigError(f"weights_gib must be a positive number, got {weights_gib!r}")
+        spec["_weights_scale"] = weights_gib * GIB / computed_bytes
+        spec["weights_gib"] = round(float(weights_gib), 3)
+        spec["weights_source"] = "given"
+    else:
+        spec["weights_gib"] = round(computed_bytes / GIB, 3)
+        spec["weights_source"] = "shapes"
+    return spec
+
+
+def load_model(model, model_path=None):
+    """Describe ``model``: a catalog name or hub id, a model directory or config.json, or a dict.
+
+    A dict may hold ``name`` (any of the above) or ``config`` (an inline HF
+    config), plus ``weights_gib`` to state the checkpoint size explicitly.
+    ``model_path`` is the model argument on the nodes; it defaults to the hub id
+    of a catalog model and to the directory of a local config.
+    """
+    weights_gib = None
+    if isinstance(model, dict):
+        unknown = sorted(set(model) - {"name", "config", "weights_gib"})
+        if unknown:
+            raise ModelConfigError(f"unknown model keys {unknown}: expected name, config, weights_gib")
+        weights_gib = model.get("weights_gib")
+        if "config" in model:
+            if "name" in model and not isinstance(model["name"], str):
+                raise ModelConfigError(f"model name must be a string, got {model['name']!r}")
+            config, source, default_path, short = model["config"], "inline", None, model.get("name")
+        elif isinstance(model.get("name"), str):
+            config, source, default_path, short = _resolve_source(model["name"])
+        else:
+            raise ModelConfigError("a model dict needs 'name' (catalog name, hub id or path) or 'config'")
+    elif isinstance(model, str):
+        config, source, default_path, short = _resolve_source(model)
+    else:
+        raise ModelConfigError(f"model must be a name, a path or a dict, got {type(model).__name__}")
+    path = model_path if model_path is not None else default_path
+    if path is None:
+        raise ModelConfigError("an inline model config needs model_path (the model argument on the nodes)")
+    if not isinstance(path, str) or not path.strip():
+        raise ModelConfigError(f"model_path must be a non-empty string, got {path!r}")
+    if short is None:
+        short = os.path.basename(path.rstrip("/")) or path
+    return normalize_config(config, source=source, path=path, name=short, weights_gib=weights_gib)
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+def kv_heads_per_rank(spec, tp):
+    """KV heads one TP rank holds: sharded down to one, then replicated (vLLM's rule)."""
+    if spec["attention"] == "mla":
+        return 1
+    return max(1, spec["kv_heads"] // tp)
+
+
+def kv_bytes_per_token_per_layer(spec, tp):
+    """KV cache bytes one rank stores per token and layer.
+
+    MHA/GQA: K and V, ``kv_heads/TP`` heads of ``head_dim``. MLA: one latent
+    of ``kv_lora_rank + qk_rope_head_dim`` values that TP does not shard.
+    """
+    if spec["attention"] == "mla":
+        return (spec["kv_lora_rank"] + spec["qk_rope_head_dim"]) * spec["dtype_bytes"]
+    return kv_heads_per_rank(spec, tp) * (spec["head_dim"] + spec["v_head_dim"]) * spec["dtype_bytes"]
+
+
+def _attention_counts(spec, tp):
+    """(quantizable linear params, plain params) of one layer's attention on one TP rank."""
+    hidden = spec["hidden_size"]
+    heads_rank = math.ceil(spec["heads"] / tp)
+    if spec["attention"] == "mla":
+        rope, nope, v_head = spec["qk_rope_head_dim"], spec["_q_nope"], spec["v_head_dim"]
+        kv_lora, q_lora = spec["kv_lora_rank"], spec["q_lora_rank"]
+        q_head = nope + rope
+        if q_lora:
+            linear = hidden * q_lora + q_lora * heads_rank * q_head  # q_a replicated, q_b sharded
+            plain = q_lora  # q_a_layernorm
+        else:
+            linear = hidden * heads_rank * q_head
+            plain = 0
+        linear += hidden * (kv_lora + rope)  # kv_a_proj_with_mqa, replicated
+        linear += kv_lora * heads_rank * (nope + v_head)  # kv_b_proj
+        linear += heads_rank * v_head * hidden  # o_proj
+        plain += kv_lora  # kv_a_layernorm
+        return linear, plain
+    head_dim = spec["head_dim"]
+    q_out = heads_rank * head_dim
+    kv_out = kv_heads_per_rank(spec, tp) * head_dim
+    linear = hidden * q_out + 2 * hidden * kv_out + q_out * hidden
+    plain = (q_out + 2 * kv_out) if spec["_qkv_bias"] else 0
+    if spec["_o_bias"]:
+        plain += hidden
+    return linear, plain
+
+
+def _layer_counts(spec, index, tp):
+    """Params of decoder layer ``index`` on one TP rank: (linear, plain, routed experts in total)."""
+    hidden = spec["hidden_size"]
+    linear, plain = _attention_counts(spec, tp)
+    plain += 2 * hidden  # input and post-attention RMSNorm
+    routed = 0
+    if index in spec["_moe_layer_set"]:
+        plain += hidden * spec["experts"]  # router, replicated
+        shared = spec["shared_expert_intermediate_size"]
+        if shared:
+            linear += 3 * hidden * math.ceil(shared / tp)
+        routed = spec["experts"] * 3 * hidden * spec["moe_intermediate_size"]
+    else:
+        inter_rank = math.ceil(spec["intermediate_size"] / tp)
+        linear += 3 * hidden * inter_rank
+        if spec["_mlp_bias"]:
+            plain += 2 * inter_rank + hidden
+    return linear, plain, routed
+
+
+def param_count(spec):
+    """Whole-model parameter counts from shapes: ``total`` and ``routed_experts``."""
+    total = routed_total = 0
+    for index in range(spec["layers"]):
+        linear, plain, routed = _layer_counts(spec, index, 1)
+        total += linear + plain + routed
+        routed_total += routed
+    embedding = spec["vocab_size"] * spec["hidden_size"]
+    total += embedding + spec["hidden_size"]  # embedding + final norm
+    if not spec["tie_word_embeddings"]:
+        total += embedding
+    return {"total": total, "routed_experts": routed_total}
+
+
+def layer_bytes(spec, index, tp):
+    """Bytes of decoder layer ``index`` on one TP rank: ``(non_expert, all_routed_experts)``.
+
+    Routed experts are returned unsharded: with expert parallel one rank holds
+    ``experts/EP`` of them, without it vLLM shards each expert over TP x DP.
+    """
+    linear, plain, routed = _layer_counts(spec, index, tp)
+    weight, plain_bytes, scale = spec["weight_bytes_per_param"], spec["dtype_bytes"], spec["_weights_scale"]
+    return (linear * weight + plain * plain_bytes) * scale, routed * weight * scale
+
+
+def embedding_bytes(spec, tp, *, first_stage, last_stage, pp):
+    """Bytes of the vocabulary-parallel embedding / LM head (and final norm) on one rank of a stage."""
+    padded = math.ceil(spec["vocab_size"] / VOCAB_PADDING) * VOCAB_PADDING
+    table = math.ceil(padded / tp) * spec["hidden_size"] * spec["dtype_bytes"]
+    total = 0
+    if first_stage:
+        total += table
+    if last_stage:
+        total += spec["hidden_size"] * spec["dtype_bytes"]
+        # A tied head shares the embedding only when one stage holds both.
+        if not spec["tie_word_embeddings"] or pp > 1:
+            total += table
+    return total * spec["_weights_scale"]
+
+
+def model_bytes(spec):
+    """Whole-model weight bytes (one copy, unsharded)."""
+    total = embedding_bytes(spec, 1, first_stage=True, last_stage=True, pp=1)
+    for index in range(spec["layers"]):
+        non_expert, routed = layer_bytes(spec, index, 1)
+        total += non_expert + routed
+    return total
+
+
+def pp_partition(layers, pp):
+    """Layers per pipeline stage, exactly as vLLM's ``get_pp_indices`` splits them.
+
+    The remainder goes to the stages before the last, from the second-to-last
+    backwards (the last stage also holds the norm and the LM head).
+    """
+    partitions = [layers // pp] * pp
+    for i in range(2, layers % pp + 2):
+        partitions[-i] += 1
+    return partitions
+
+
+def public_view(spec):
+    """The model description without internal keys (what goes into the plan)."""
+    return {key: value for key, value in spec.items() if not key.startswith("_")}

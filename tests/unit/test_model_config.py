@@ -1,0 +1,259 @@
+"""model_config / model_catalog: HF configs in, the planner's model description out."""
+
+import json
+
+import pytest
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import model_catalog
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import model_config as mc
+
+# Total parameter counts published on each model card (billions); shapes must reproduce them.
+PUBLISHED_PARAMS_B = {
+    "llama-3.1-8b": 8.03,
+    "llama-3.1-70b": 70.6,
+    "llama-3.1-405b": 405.9,
+    "qwen2.5-7b": 7.61,
+    "qwen2.5-72b": 72.7,
+    "mixtral-8x7b": 46.7,
+    "mixtral-8x22b": 140.6,
+    "deepseek-v3": 671.0,  # without the 14B multi-token-prediction module vLLM does not load
+}
+
+
+def tiny_llama(**changes):
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "vocab_size": 512,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+    config.update(changes)
+    return config
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS_B))
+def test_catalog_params_match_the_model_cards(name):
+    spec = mc.load_model(name)
+    assert spec["params"] / 1e9 == pytest.approx(PUBLISHED_PARAMS_B[name], rel=0.005)
+    assert spec["source"] == f"catalog:{name}"
+
+
+def test_llama_8b_param_count_is_exact():
+    # 8,030,261,248: the count transformers reports for meta-llama/Llama-3.1-8B.
+    assert mc.load_model("llama-3.1-8b")["params"] == 8_030_261_248
+
+
+def test_catalog_accepts_short_names_and_hub_ids_case_insensitively():
+    for alias in ("llama-3.1-70b", "LLAMA-3.1-70B-Instruct", "meta-llama/llama-3.1-70b-instruct"):
+        assert mc.load_model(alias)["name"] == "llama-3.1-70b"
+    assert mc.load_model("llama-3.1-70b")["path"] == "meta-llama/Llama-3.1-70B-Instruct"
+    # A hub id stays exactly as the operator wrote it: the nodes download that.
+    assert mc.load_model("meta-llama/Llama-3.3-70B-Instruct")["path"] == "meta-llama/Llama-3.3-70B-Instruct"
+    assert mc.load_model("llama-3.3-70b")["path"] == "meta-llama/Llama-3.3-70B-Instruct"
+
+
+def test_catalog_variants_override_their_fields():
+    assert mc.load_model("Qwen/Qwen2.5-7B")["max_position_embeddings"] == 131072
+    assert mc.load_model("Qwen/Qwen2.5-7B-Instruct")["max_position_embeddings"] == 32768
+    assert mc.load_model("mistralai/Mixtral-8x22B-v0.1")["vocab_size"] == 32000
+    assert mc.load_model("mixtral-8x22b")["vocab_size"] == 32768
+
+
+def test_lookup_returns_a_copy():
+    first = model_catalog.lookup("deepseek-v3")[2]
+    first["quantization_config"]["quant_method"] = "changed"
+    assert model_catalog.lookup("deepseek-v3")[2]["quantization_config"]["quant_method"] == "fp8"
+
+
+def test_unknown_name_lists_the_catalog():
+    with pytest.raises(mc.ModelConfigError) as error:
+        mc.load_model("gpt-17")
+    for name in model_catalog.catalog_names():
+        assert name in str(error.value)
+
+
+def test_missing_path_is_reported():
+    with pytest.raises(mc.ModelConfigError, match="does not exist"):
+        mc.load_model("/nonexistent/model/config.json")
+
+
+def test_reads_a_directory_and_a_config_file(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(tiny_llama()))
+    from_dir = mc.load_model(str(tmp_path))
+    from_file = mc.load_model(str(tmp_path / "config.json"))
+    assert from_dir["path"] == from_file["path"] == str(tmp_path)
+    assert from_dir["params"] == from_file["params"]
+    assert from_dir["source"] == f"file:{tmp_path / 'config.json'}"
+    assert mc.load_model(str(tmp_path), model_path="/srv/models/tiny")["path"] == "/srv/models/tiny"
+
+
+def test_directory_without_config_is_an_error(tmp_path):
+    with pytest.raises(mc.ModelConfigError, match="no config.json"):
+        mc.load_model(str(tmp_path))
+
+
+def test_invalid_json_is_an_error(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(mc.ModelConfigError, match="not valid JSON"):
+        mc.load_model(str(tmp_path))
+
+
+def test_tiny_llama_params_from_shapes():
+    spec = mc.load_model({"config": tiny_llama()}, model_path="/m")
+    hidden, inter, vocab, layers = 128, 256, 512, 4
+    attention = hidden * 4 * 32 + 2 * hidden * 2 * 32 + 4 * 32 * hidden
+    per_layer = attention + 3 * hidden * inter + 2 * hidden
+    assert spec["params"] == layers * per_layer + 2 * vocab * hidden + hidden
+
+
+def test_tied_embeddings_are_counted_once():
+    untied = mc.load_model({"config": tiny_llama()}, model_path="/m")["params"]
+    tied = mc.load_model({"config": tiny_llama(tie_word_embeddings=True)}, model_path="/m")["params"]
+    assert untied - tied == 512 * 128
+
+
+def test_text_config_of_a_multimodal_config_is_used():
+    config = {
+        "architectures": ["LlavaForConditionalGeneration"],
+        "torch_dtype": "float16",
+        "text_config": tiny_llama(),
+    }
+    del config["text_config"]["torch_dtype"]
+    spec = mc.load_model({"config": config}, model_path="/m")
+    assert spec["layers"] == 4 and spec["dtype"] == "float16"
+
+
+def test_float32_checkpoints_are_served_in_bfloat16():
+    spec = mc.load_model({"config": tiny_llama(torch_dtype="float32")}, model_path="/m")
+    assert (spec["dtype"], spec["dtype_bytes"]) == ("bfloat16", 2)
+    assert mc.load_model({"config": tiny_llama(torch_dtype="float16")}, model_path="/m")["dtype"] == "float16"
+
+
+def test_the_dtype_key_of_newer_transformers_is_read():
+    config = tiny_llama()
+    del config["torch_dtype"]
+    config["dtype"] = "float16"
+    assert mc.load_model({"config": config}, model_path="/m")["dtype"] == "float16"
+
+
+@pytest.mark.parametrize(
+    ("quant", "expected"),
+    [
+        ({"quant_method": "fp8", "weight_block_size": [128, 128]}, 1 + 4 / (128 * 128)),
+        ({"quant_method": "fp8"}, 1.0),
+        ({"quant_method": "awq", "bits": 4, "group_size": 128}, 0.5 + 2.5 / 128),
+        ({"quant_method": "gptq", "bits": 8, "group_size": -1}, 1.0),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, 0.5 + 1 / 16),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, 0.5 + 4 / 64),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"g": {"weights": {"num_bits": 4, "group_size": 64}}},
+            },
+            0.5 + 2 / 64,
+        ),
+    ],
+)
+def test_quantized_weight_bytes(quant, expected):
+    assert mc.quantized_bytes_per_param(quant)[1] == pytest.approx(expected)
+
+
+def test_unknown_quantization_asks_for_an_explicit_size():
+    with pytest.raises(mc.ModelConfigError, match="pass weights_gib"):
+        mc.load_model({"config": tiny_llama(quantization_config={"quant_method": "hqq"})}, model_path="/m")
+
+
+def test_deepseek_v3_fp8_keeps_embeddings_in_bf16():
+    spec = mc.load_model("deepseek-v3")
+    assert spec["quantization"] == "fp8"
+    assert spec["attention"] == "mla" and spec["kv_heads"] == 1
+    assert spec["experts"] == 256 and spec["moe_layers"] == 58  # first_k_dense_replace = 3
+    embedding = spec["vocab_size"] * spec["hidden_size"] * 2 * 2  # embedding + LM head, 2 bytes each
+    linear = (spec["params"] - 2 * spec["vocab_size"] * spec["hidden_size"]) * spec["weight_bytes_per_param"]
+    assert spec["weights_gib"] * mc.GIB == pytest.approx(embedding + linear, rel=0.001)
+
+
+def test_explicit_weights_size_scales_every_rank():
+    spec = mc.load_model({"config": tiny_llama(), "weights_gib": 3.0}, model_path="/m")
+    assert spec["weights_gib"] == 3.0 and spec["weights_source"] == "given"
+    assert mc.model_bytes(spec) == pytest.approx(3.0 * mc.GIB)
+
+
+def test_kv_bytes_shard_by_tp_then_replicate():
+    spec = mc.load_model("llama-3.1-70b")  # 8 KV heads, head_dim 128, bf16
+    assert mc.kv_bytes_per_token_per_layer(spec, 1) == 8 * 256 * 2
+    assert mc.kv_bytes_per_token_per_layer(spec, 4) == 2 * 256 * 2
+    assert mc.kv_bytes_per_token_per_layer(spec, 8) == mc.kv_bytes_per_token_per_layer(spec, 16) == 256 * 2
+
+
+def test_mla_kv_is_not_sharded_by_tp():
+    spec = mc.load_model("deepseek-v3")
+    per_layer = (512 + 64) * 2
+    assert [mc.kv_bytes_per_token_per_layer(spec, tp) for tp in (1, 2, 4, 8)] == [per_layer] * 4
+
+
+def test_tp_shards_weights_but_not_replicated_parts():
+    spec = mc.load_model("llama-3.1-70b")
+    whole = mc.layer_bytes(spec, 0, 1)[0]
+    quarter = mc.layer_bytes(spec, 0, 4)[0]
+    norms = 2 * spec["hidden_size"] * 2
+    assert quarter == pytest.approx((whole - norms) / 4 + norms)
+
+
+def test_moe_routed_experts_are_returned_unsharded():
+    spec = mc.load_model("mixtral-8x7b")
+    _, routed = mc.layer_bytes(spec, 0, 4)
+    assert routed == 8 * 3 * 4096 * 14336 * 2
+
+
+@pytest.mark.parametrize(("layers", "pp"), [(126, 2), (61, 2), (10, 4), (7, 3), (80, 8), (5, 5), (61, 4)])
+def test_pp_partition_follows_get_pp_indices(layers, pp):
+    parts = mc.pp_partition(layers, pp)
+    assert sum(parts) == layers and len(parts) == pp and min(parts) >= 1
+    base, extra = divmod(layers, pp)
+    # vLLM gives the remainder to the stages before the last, counting back from the second-to-last.
+    assert parts[-1] == base
+    assert sorted(parts[:-1], reverse=True) == [base + 1] * extra + [base] * (pp - 1 - extra)
+    assert parts[pp - 1 - extra : pp - 1] == [base + 1] * extra
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"hidden_size": None}, "lacks 'hidden_size'"),
+        ({"num_attention_heads": 5}, "multiple of num_key_value_heads"),
+        ({"num_attention_heads": True}, "must be an integer"),
+        ({"num_hidden_layers": 0}, "must be >= 1"),
+        ({"torch_dtype": "int8"}, "dtype"),
+        ({"head_dim": None, "hidden_size": 130}, "not divisible by num_attention_heads"),
+        ({"architectures": "Llama"}, "list of strings"),
+        ({"num_local_experts": 4, "num_experts_per_tok": 5}, "exceeds the expert count"),
+        ({"tie_word_embeddings": "yes"}, "true or false"),
+    ],
+)
+def test_bad_configs_raise_model_config_error(change, message):
+    config = tiny_llama(**{k: v for k, v in change.items() if v is not None})
+    for key, value in change.items():
+        if value is None:
+            del config[key]
+    with pytest.raises(mc.ModelConfigError, match=message):
+        mc.load_model({"config": config}, model_path="/m")
+
+
+def test_inline_config_needs_a_model_path():
+    with pytest.raises(mc.ModelConfigError, match="model_path"):
+        mc.load_model({"config": tiny_llama()})
+
+
+def test_public_view_drops_internal_keys():
+    spec = mc.load_model("deepseek-v3")
+    view = mc.public_view(spec)
+    assert not [key for key in view if key.startswith("_")]
+    json.dumps(view)

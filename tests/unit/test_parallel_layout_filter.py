@@ -1,0 +1,68 @@
+"""The filter vllm_ops.cluster.parallel_layout: a thin shell over the planner."""
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_ops.cluster.plugins.filter import parallel_layout as plugin
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
+
+NODE = {
+    "name": "gpu-a",
+    "address": "192.0.2.20",
+    "gpus": {"count": 4, "name": "NVIDIA A100-SXM4-80GB", "memory_total_mib": 81920, "nvlink": True},
+}
+
+
+def layout(request):
+    return plugin.FilterModule().filters()["parallel_layout"](request)
+
+
+def test_the_filter_is_registered_under_its_name():
+    assert set(plugin.FilterModule().filters()) == {"parallel_layout"}
+
+
+def test_the_filter_returns_the_planners_plan():
+    request = {"model": "llama-3.1-70b", "cluster": [NODE], "targets": {"max_model_len": 8192}}
+    assert layout(request) == build_plan("llama-3.1-70b", [NODE], {"max_model_len": 8192})
+    assert layout(request)["tp"] == 4
+
+
+def test_null_values_count_as_unset():
+    request = {
+        "model": "llama-3.1-70b",
+        "cluster": [NODE],
+        "model_path": None,
+        "overrides": {"tp": None, "pp": None, "backend": None},
+        "targets": {"max_model_len": None, "gpu_memory_utilization": 0.9},
+        "cpu_cores_per_node": None,
+    }
+    plan = layout(request)
+    assert plan["tp"] == 4 and plan["targets"]["max_model_len"] == 8192
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        ({"model": "llama-3.1-405b", "cluster": [NODE]}, "no layout fits llama-3.1-405b"),
+        (
+            {"model": "llama-3.1-70b", "cluster": [NODE], "overrides": {"tp": 3}},
+            "must be divisible by tensor parallel size",
+        ),
+        ({"model": "llama-3.1-70b", "cluster": [NODE], "colour": "red"}, "unknown plan request keys"),
+        ({"model": "llama-3.1-70b"}, "lacks"),
+        ("llama-3.1-70b", "must be a mapping"),
+    ],
+)
+def test_plan_errors_become_filter_errors_with_the_same_message(request_, message):
+    with pytest.raises(AnsibleFilterError, match=message) as error:
+        layout(request_)
+    assert str(error.value).startswith("parallel_layout: ")
+
+
+def test_the_plugin_documents_itself():
+    import yaml
+
+    documentation = yaml.safe_load(plugin.DOCUMENTATION)
+    assert documentation["name"] == "parallel_layout"
+    assert "_input" in documentation["options"]
+    assert "_value" in yaml.safe_load(plugin.RETURN)
+    assert yaml.safe_load(plugin.EXAMPLES)

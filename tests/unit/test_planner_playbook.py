@@ -1,0 +1,179 @@
+"""playbooks/plan.yml on the seed's example inventories: offline, once, the same plan as the planner."""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "inventories" / "examples"
+PLAYBOOK = REPO / "playbooks" / "plan.yml"
+ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
+
+# What the seed says for each scenario (the issue's acceptance list).
+SEED = {
+    "single-gpu-8b": {"strategy": "single", "tp": 1, "world_size": 1},
+    "tp-70b-4xa100": {"strategy": "tp", "tp": 4, "world_size": 4},
+    "tp-pp-405b-2x8xh100": {"strategy": "tp_pp", "tp": 8, "pp": 2, "world_size": 16},
+    "ep-dp-deepseek-v3-8xh200": {"strategy": "ep_dp", "ep": 8},
+}
+
+
+def play(inventory, *extra):
+    env = dict(
+        os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"
+    )
+    result = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), str(PLAYBOOK), "-i", str(inventory), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
+    return result, (json.loads(result.stdout) if result.stdout.strip().startswith("{") else None)
+
+
+def task(report, name):
+    for one_play in report["plays"]:
+        for entry in one_play["tasks"]:
+            if entry["task"]["name"] == name:
+                return entry["hosts"]
+    raise AssertionError(f"task {name!r} did not run")
+
+
+def inventory_request(inventory):
+    """The plan request, read straight from the inventory files (the example declares everything)."""
+    hosts_file = yaml.safe_load((inventory / "hosts.yml").read_text())["all"]["children"]["vllm_nodes"]
+    group = dict(hosts_file.get("vars", {}))
+    group.update(yaml.safe_load((inventory / "group_vars" / "vllm_nodes.yml").read_text()))
+    nodes = []
+    for name, host in hosts_file["hosts"].items():
+        merged = dict(group, **host)
+        node = {
+            "name": name,
+            "address": merged.get("vllm_cluster_fabric_address", merged["ansible_host"]),
+            "gpus": merged["vllm_cluster_gpus"],
+        }
+        if "vllm_cluster_fabric_interface" in merged:
+            node["fabric_interface"] = merged["vllm_cluster_fabric_interface"]
+            node["ib_hcas"] = merged.get("vllm_cluster_ib_hcas")
+        nodes.append(node)
+    return {
+        "model": group["vllm_cluster_model"],
+        "model_path": group.get("vllm_cluster_model_path"),
+        "deployment": group["vllm_cluster_deployment"],
+        "cluster": nodes,
+        "targets": {
+            "max_model_len": group.get("vllm_cluster_max_model_len"),
+            "gpu_memory_utilization": group.get("vllm_cluster_gpu_memory_utilization"),
+        },
+        "overrides": {"backend": group.get("vllm_cluster_backend"), "tp": group.get("vllm_cluster_tp")},
+        "enforce_eager": group.get("vllm_cluster_enforce_eager"),
+    }
+
+
+@pytest.mark.parametrize("example", sorted(SEED))
+def test_plan_playbook_plans_the_seed_scenario_offline(example):
+    inventory = EXAMPLES / example
+    result, report = play(inventory)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # The example hosts do not exist: no task may have run on them.
+    for one_play in report["plays"]:
+        for entry in one_play["tasks"]:
+            for host, outcome in entry["hosts"].items():
+                assert host == "localhost" or outcome.get("skipped"), (entry["task"]["name"], host)
+
+    plan = task(report, "Compute the plan with vllm_ops.cluster.parallel_layout")["localhost"][
+        "ansible_facts"
+    ]["__vllm_cluster_plan"]
+    for key, value in SEED[example].items():
+        assert plan[key] == value, key
+    request = inventory_request(inventory)
+    expected = build_plan(**{k: v for k, v in request.items() if v is not None})
+    assert plan == json.loads(json.dumps(expected))
+
+    decision = task(report, "Print the decision path through the seed's tree")["localhost"]["msg"]
+    assert decision == plan["decision"]
+    table = task(report, "Print the layout table")["localhost"]["msg"]
+    assert table[0].startswith(f"{plan['strategy']} ({plan['backend']}): TP={plan['tp']}")
+    assert [line.split()[0] for line in table[2:-1]] == [node["host"] for node in plan["nodes"]]
+
+    set_on = task(report, "Set vllm_cluster_plan on every node")["localhost"]["results"]
+    assert sorted(item["__vllm_cluster_host"] for item in set_on) == sorted(
+        n["name"] for n in request["cluster"]
+    )
+    assert all(item["ansible_facts"]["vllm_cluster_plan"] == plan for item in set_on)
+
+
+def test_plan_playbook_writes_plan_json_when_asked():
+    deployment = f"pytest-plan-{os.getpid()}"
+    results = REPO / "results" / deployment
+    try:
+        result, _ = play(
+            EXAMPLES / "tp-70b-4xa100",
+            "-e",
+            "vllm_cluster_plan_output=true",
+            "-e",
+            f"vllm_cluster_deployment={deployment}",
+        )
+        assert result.returncode == 0, result.stdout[-2000:]
+        written = json.loads((results / "plan.json").read_text())
+        assert written["deployment"] == deployment and written["tp"] == 4
+    finally:
+        shutil.rmtree(results, ignore_errors=True)
+        if (REPO / "results").is_dir() and not any((REPO / "results").iterdir()):
+            (REPO / "results").rmdir()
+
+
+def test_plan_playbook_fails_with_the_planners_message(tmp_path):
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "vllm_nodes": {
+                            "hosts": {
+                                "gpu-a": {
+                                    "ansible_host": "192.0.2.99",
+                                    "vllm_cluster_gpus": {
+                                        "count": 8,
+                                        "name": "NVIDIA H100 80GB HBM3",
+                                        "memory_total_mib": 81559,
+                                        "nvlink": True,
+                                    },
+                                }
+                            },
+                            "vars": {"vllm_cluster_model": "llama-3.1-405b"},
+                        }
+                    }
+                }
+            }
+        )
+    )
+    result, report = play(inventory)
+    assert result.returncode != 0
+    failed = task(report, "Compute the plan with vllm_ops.cluster.parallel_layout")["localhost"]
+    assert failed.get("failed") and "no layout fits llama-3.1-405b" in failed["msg"]
+    assert "usable 73.28 GiB per GPU" in failed["msg"]
+
+
+def test_plan_playbook_names_a_host_without_gpu_facts(tmp_path):
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(
+        "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+        "  children:\n    vllm_nodes:\n      hosts:\n        gpu-z:\n          vllm_cluster_gpus_typo: {}\n"
+        "      vars:\n        vllm_cluster_model: llama-3.1-8b\n"
+    )
+    # gpu-z has no declared facts, so play 1 would gather them; limit the run to the controller play.
+    result, report = play(inventory, "--limit", "localhost")
+    assert result.returncode != 0
+    failed = task(report, "Check that every node has GPU facts, declared or gathered")["localhost"]
+    assert "host gpu-z has no GPU facts" in json.dumps(failed)
