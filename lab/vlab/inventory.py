@@ -28,7 +28,25 @@ def _header(spec: LabSpec) -> str:
             "# Throw-away nodes: host keys are not checked.\n")
 
 
+def fact_cache(lab_name: str) -> Path:
+    """Where Ansible should cache a lab's facts: every lab names its nodes node1..N,
+    so labs must not share a cache (the default lab uses ansible.cfg's .cache/facts)."""
+    if lab_name == DEFAULT_NAME:
+        return REPO / ".cache" / "facts"
+    return REPO / ".cache" / "labs" / lab_name / "facts"
+
+
+def _clear_fact_cache(spec: LabSpec) -> None:
+    """New machines behind old names: cached facts of earlier nodes are stale."""
+    cache = fact_cache(spec.name)
+    for node in spec.node_names:
+        (cache / node).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        cache.rmdir()  # only when empty
+
+
 def write(spec: LabSpec) -> Path:
+    _clear_fact_cache(spec)
     inventory = spec.inventory
     hosts = [_header(spec), "---", "all:", "  children:", "    vllm_nodes:", "      hosts:"]
     for k, node in enumerate(spec.node_names, start=1):
@@ -76,6 +94,7 @@ def _ours(path: Path) -> bool:
 
 
 def remove(spec: LabSpec) -> None:
+    _clear_fact_cache(spec)
     inventory = spec.inventory
     for path in [inventory / "hosts.yml", *sorted((inventory / "host_vars").glob("node*.yml"))]:
         if _ours(path):

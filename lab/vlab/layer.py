@@ -1,4 +1,4 @@
-"""The doubles layer: nvidia-smi/ibstat doubles, their fixtures and the /dev/vlab-gpu<i> unit.
+"""The doubles layer: nvidia-smi/ibstat doubles, their fixtures, the /dev/vlab-gpu<i> unit and the netns sysfs fix.
 
 /var/cache/vllm-cluster-lab/layer-<digest>, the top read-only layer of every
 node's overlay; the digest covers every file in it, so it is rebuilt (in
@@ -31,6 +31,28 @@ ExecStart=/usr/local/sbin/vlab-gpu-devices
 WantedBy=sysinit.target
 """
 
+# systemd-nspawn mounts the node's /sys before it joins the node's network
+# namespace, so /sys/class/net lists the host's links, not eth0/eth1: Ansible's
+# interface facts (and anything else reading sysfs) would be wrong. A sysfs
+# mounted from inside the node shows the node's own links; bind its net parts.
+NETNS_SYSFS_UNIT = """\
+[Unit]
+Description=vllm-cluster lab: this node's own network links in /sys/class/net
+DefaultDependencies=no
+Before=sysinit.target network-pre.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -ec 'mkdir -p /run/vlab-sysfs; \\
+  mountpoint -q /run/vlab-sysfs || mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /run/vlab-sysfs; \\
+  mountpoint -q /sys/class/net || mount --bind /run/vlab-sysfs/class/net /sys/class/net; \\
+  mountpoint -q /sys/devices/virtual/net || mount --bind /run/vlab-sysfs/devices/virtual/net /sys/devices/virtual/net'
+
+[Install]
+WantedBy=sysinit.target
+"""
+
 DOUBLES_DIR = REPO / "lab" / "doubles"
 FIXTURES_DIR = REPO / "tests" / "fixtures"
 LAYER_FILES = {  # source under lab/doubles -> path in the node, mode
@@ -55,7 +77,7 @@ def layer_sources() -> list[tuple[Path, str, int]]:
 
 
 def layer_digest() -> str:
-    digest = hashlib.sha256(GPU_DEVICES_UNIT.encode())
+    digest = hashlib.sha256(GPU_DEVICES_UNIT.encode() + NETNS_SYSFS_UNIT.encode())
     for src, dst, mode in layer_sources():
         digest.update(f"{dst}\0{mode}\0".encode())
         digest.update(src.read_bytes())
@@ -79,11 +101,13 @@ def ensure_layer() -> Path:
             out.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, out)
             os.chmod(out, mode)
-        unit = building / "etc" / "systemd" / "system" / "vlab-gpu-devices.service"
-        write_atomic(unit, GPU_DEVICES_UNIT)
         wants = building / "etc" / "systemd" / "system" / "sysinit.target.wants"
         wants.mkdir(parents=True, exist_ok=True)
-        (wants / unit.name).symlink_to(f"../{unit.name}")
+        for name, text in (("vlab-gpu-devices.service", GPU_DEVICES_UNIT),
+                           ("vlab-netns-sysfs.service", NETNS_SYSFS_UNIT)):
+            unit = building / "etc" / "systemd" / "system" / name
+            write_atomic(unit, text)
+            (wants / name).symlink_to(f"../{name}")
         # The overlay copies each directory's mode from the topmost layer that has it:
         # give the layer's directories the image's modes so / stays 0755.
         for directory in [building, *[p for p in building.rglob("*") if p.is_dir() and not p.is_symlink()]]:

@@ -51,6 +51,7 @@ CONTROLLER_BIN = REPO / ".venv" / "bin"
 UP_TIMEOUT_S = 900  # a fresh machine first builds the node image (about 2 minutes here)
 DOWN_TIMEOUT_S = 300
 sys.path.insert(0, str(REPO / "lab"))
+from vlab.inventory import fact_cache  # noqa: E402  (each lab's own Ansible fact cache)
 from vlab.machines import SSH_OPTIONS  # noqa: E402  (the options lab/lab itself uses)
 
 
@@ -134,6 +135,8 @@ class Lab:
         env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
                    PATH=f"{CONTROLLER_BIN}:{os.environ.get('PATH', '')}")
         env.setdefault("ANSIBLE_INVENTORY_IGNORE_REGEX", "^ssh$")  # the key directory is not inventory
+        # Every lab names its nodes node1..N: each lab gets its own fact cache.
+        env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(fact_cache(self.name))
         return env
 
     def ansible_playbook(self, playbook: str, *args: str, check: bool = True,
