@@ -63,6 +63,7 @@ _value:
 from ansible.errors import AnsibleFilterError  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import (  # noqa: E402
     PlanError,
+    coerce_text_inputs,
     plan_from_request,
 )
 
@@ -70,7 +71,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import ( 
 def parallel_layout(request):
     """Return the plan for ``request``; a PlanError becomes an AnsibleFilterError with its message."""
     try:
-        return plan_from_request(request)
+        return plan_from_request(coerce_text_inputs(request))
     except PlanError as exc:
         raise AnsibleFilterError(f"parallel_layout: {exc}") from None
 

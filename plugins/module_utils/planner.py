@@ -1598,6 +1598,48 @@ def build_plan(
 _REQUEST_KEYS = tuple(inspect.signature(build_plan).parameters)
 
 
+# Inputs that may arrive as text from `ansible-playbook -e key=value`.
+_TEXT_INTEGERS = {("overrides", "tp"), ("overrides", "pp"), ("overrides", "dp"), ("overrides", "ep"),
+                  ("targets", "max_model_len"), ("targets", "kv_tokens_target"),
+                  ("targets", "concurrency_target"), (None, "cpu_kvcache_space_gib"),
+                  (None, "cpu_cores_per_node")}
+_TEXT_NUMBERS = {("targets", "gpu_memory_utilization"), ("targets", "throughput_need_tok_s"),
+                 ("targets", "replica_throughput_tok_s")}
+_TEXT_BOOLEANS = {(None, "allow_tp_across_nodes"), (None, "enforce_eager"), (None, "enable_eplb")}
+
+
+def _from_text(value, kind):
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if kind == "int" and re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    if kind == "number" and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text):
+        return float(text)
+    if kind == "bool" and text.lower() in ("true", "false", "yes", "no"):
+        return text.lower() in ("true", "yes")
+    return value  # left as it is: validation names it
+
+
+def coerce_text_inputs(request):
+    """A copy of ``request`` whose integer, number and boolean inputs given as text are converted.
+
+    `-e vllm_cluster_tp=2` gives the string "2"; the planner itself stays strict.
+    """
+    if not isinstance(request, dict):
+        return request
+    result = dict(request)
+    for kinds, kind in ((_TEXT_INTEGERS, "int"), (_TEXT_NUMBERS, "number"), (_TEXT_BOOLEANS, "bool")):
+        for section, key in kinds:
+            holder = result if section is None else result.get(section)
+            if not isinstance(holder, dict) or key not in holder:
+                continue
+            if section is not None and holder is request.get(section):
+                holder = result[section] = dict(holder)
+            holder[key] = _from_text(holder[key], kind)
+    return result
+
+
 def plan_from_request(request):
     """``build_plan(**request)`` with a PlanError, not a TypeError, for a bad request."""
     if not isinstance(request, dict):

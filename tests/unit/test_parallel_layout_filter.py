@@ -66,3 +66,29 @@ def test_the_plugin_documents_itself():
     assert "_input" in documentation["options"]
     assert "_value" in yaml.safe_load(plugin.RETURN)
     assert yaml.safe_load(plugin.EXAMPLES)
+
+
+def test_extra_vars_given_as_text_are_accepted_by_the_filter():
+    """`ansible-playbook -e vllm_cluster_tp=2` hands the filter strings; they mean numbers."""
+    from ansible_collections.vllm_ops.cluster.plugins.filter.parallel_layout import parallel_layout
+
+    nodes = [{"name": "gpu-a", "address": "192.0.2.10",
+              "gpus": {"count": 4, "name": "NVIDIA A100-SXM4-80GB", "memory_total_mib": 81920, "nvlink": True}}]
+    as_text = parallel_layout({"model": "llama-3.1-70b", "cluster": nodes,
+                               "targets": {"max_model_len": "8192", "gpu_memory_utilization": "0.9"},
+                               "overrides": {"tp": "4"}, "enforce_eager": "true"})
+    typed = parallel_layout({"model": "llama-3.1-70b", "cluster": nodes,
+                             "targets": {"max_model_len": 8192, "gpu_memory_utilization": 0.9},
+                             "overrides": {"tp": 4}, "enforce_eager": True})
+    assert as_text == typed
+    assert as_text["tp"] == 4 and "--enforce-eager" in as_text["nodes"][0]["argv"]
+
+
+def test_text_that_is_not_a_number_is_still_refused_by_name():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.vllm_ops.cluster.plugins.filter.parallel_layout import parallel_layout
+
+    nodes = [{"name": "gpu-a", "address": "192.0.2.10",
+              "gpus": {"count": 4, "name": "NVIDIA A100-SXM4-80GB", "memory_total_mib": 81920, "nvlink": True}}]
+    with pytest.raises(AnsibleFilterError, match=r"overrides.tp must be an integer >= 1, got 'four'"):
+        parallel_layout({"model": "llama-3.1-70b", "cluster": nodes, "overrides": {"tp": "four"}})
