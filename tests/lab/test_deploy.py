@@ -1,0 +1,263 @@
+"""deploy.yml end to end on the lab: bare nodes to a verified vLLM, then the variants and the faults.
+
+One 3-node lab for the module (the runtime is installed once, by the first
+deploy); the layouts run one after the other, re-planned with -e overrides:
+
+1. the lab's own deployment (inventories/lab/group_vars): 2-node mp, TP=2, one
+   CPU worker per node. A second run reports changed=0, --check --diff too.
+2. one node's unit stopped: verification fails with the table.
+3. single node TP=2 (2 worker slots); then a unit restarted with TP=1 behind
+   Ansible's back: verification fails with the table.
+4. 2-node mp PP=2 (no --enforce-eager); an eager-first rollout is refused.
+5. dense DP=2 across 2 nodes (a headless DP engine on node 2).
+
+vLLM runs for real on its CPU platform in the nodes; the only thing checked
+here that vllm_verify does not check itself is what the operator sees.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.vllm_unit import env_file_line, exec_start
+
+# The first test installs the runtime on three nodes (minutes on 2 cores) before its deploy.
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(5400)]
+LAB_NODES = 3
+LAB_NAME = "tdeploy"
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = REPO / ".cache" / "models" / "tiny-llama"
+RUNTIME_PYTHON = REPO / ".venv-runtime" / "bin" / "python"
+VENV = "/opt/vllm-cluster/venv"
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+ONE_NODE_TP2 = ["-e", json.dumps({"vllm_cluster_gpus": {"count": 2, "name": "cpu", "memory_total_mib": 4096,
+                                                        "nvlink": False}})]
+# JSON: -e key=value would pass strings, and the planner takes sizes only as integers.
+PP2 = ["-e", json.dumps({"vllm_cluster_tp": 1, "vllm_cluster_pp": 2})]
+DENSE_DP2 = ["-e", json.dumps({"vllm_cluster_tp": 1, "vllm_cluster_dp": 2})]
+VLLM_AND_VERIFY = ["--tags", "vllm,verify"]
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    return {
+        host: {"ok": int(ok), "changed": int(changed), "unreachable": int(unreachable), "failed": int(failed)}
+        for host, ok, changed, unreachable, failed in RECAP.findall(output)
+    }
+
+
+def table(output: str) -> list[str]:
+    """The verification table as printed by vllm_verify (the debug msg list), one string per row."""
+    start = output.rindex("TASK [vllm_ops.cluster.vllm_verify : Print the topology")
+    block = output[start:]
+    block = block[: block.index("\n}\n") + 2]
+    message = json.loads(block[block.index("{"):])["msg"]
+    return message
+
+
+def row(lines: list[str], node: str, check: str) -> list[str]:
+    """Cells of the table row (node, check): [expected, found, result] split on runs of 2+ spaces."""
+    for line in lines:
+        cells = re.split(r"\s{2,}", line.strip())
+        if cells[:2] == [node, check]:
+            return cells[2:]
+    raise AssertionError(f"no row ({node}, {check}) in:\n" + "\n".join(lines))
+
+
+def complete(lab, node: str) -> dict:
+    """One completion from the controller through the node's management address (vLLM listens on all)."""
+    body = json.dumps({"model": "/srv/models/tiny-llama", "prompt": "The quick brown fox", "max_tokens": 4,
+                       "temperature": 0, "ignore_eos": True}).encode()
+    request = urllib.request.Request(f"http://{lab.management_address(node)}:8000/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def unit_active(lab, node: str) -> str:
+    return lab.ssh(node, "systemctl is-active vllm.service", check=False).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    if not (MODEL / "model.safetensors").exists():
+        result = subprocess.run(
+            [str(RUNTIME_PYTHON), str(REPO / "lab" / "make_tiny_model.py"), "llama", str(MODEL), "--weights"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+    return MODEL
+
+
+@pytest.fixture(scope="module")
+def first_deploy(lab, tiny_model):
+    return lab.ansible_playbook("deploy.yml", timeout=2400)
+
+
+# --------------------------------------------------------------------------- 1. the lab's deployment
+
+
+def test_deploy_brings_bare_nodes_to_a_verified_two_node_tp2(lab, first_deploy):
+    out = first_deploy.stdout
+    lines = table(out)
+    assert lines[0].startswith("vLLM runs as planned: tp (mp) TP=2 PP=1 DP=1 EP=1 world_size=2 on node1, node2")
+    assert row(lines, "node1", "ranks (rank/local)") == ["0/0", "0/0", "ok"]
+    assert row(lines, "node2", "ranks (rank/local)") == ["1/0", "1/0", "ok"]
+    assert row(lines, "node1", "worker processes") == ["Worker_TP0", "Worker_TP0", "ok"]
+    assert row(lines, "node2", "worker processes") == ["Worker_TP1", "Worker_TP1", "ok"]
+    assert row(lines, "node2", "DP/PP/TP/EP ranks") == ["DP0 PP0 TP1", "DP0 PP0 TP1", "ok"]
+    master = f"{lab.fabric_address('node1')}:29501"
+    assert row(lines, "node2", "role") == [f"headless multiproc executor -> {master}"] * 2 + ["ok"]
+    assert row(lines, "node1", "KV tokens EngineCore")[:2] == ["2,097,152 (exact)", "2,097,152 (4096.00x at 512)"]
+    assert row(lines, "node3", "unit (not in plan)")[1:] == ["no vllm unit", "ok"]
+    assert "MISMATCH" not in "\n".join(lines)
+    # The smoke completion went through the head's API, and the API answers the controller too.
+    smoke = out[out.index("TASK [vllm_ops.cluster.vllm_service : Check the smoke completion]"):]
+    assert smoke.split("TASK [", 2)[1].count("ok: [node1]") == 1
+    answer = complete(lab, "node1")
+    assert answer["usage"]["completion_tokens"] == 4 and isinstance(answer["choices"][0]["text"], str)
+    assert unit_active(lab, "node1") == unit_active(lab, "node2") == "active"
+    assert unit_active(lab, "node3") in ("inactive", "unknown")
+
+
+def test_units_carry_the_plan_argv_and_env_exactly(lab, first_deploy):
+    lab.ansible_playbook("playbooks/plan.yml", "-e", "vllm_cluster_plan_output=true")
+    plan = json.loads((REPO / "results" / "lab-tiny-llama" / "plan.json").read_text())
+    for node in plan["nodes"]:
+        shown = lab.ssh(node["host"], "systemctl show -p ExecStart --value vllm.service").stdout
+        argv = shown.split("argv[]=", 1)[1].split(" ;", 1)[0].split()
+        assert argv == [f"{VENV}/bin/vllm", *node["argv"][1:]]
+        mode = lab.ssh(node["host"], "stat -c '%a %U %G' /etc/vllm-cluster/vllm.env").stdout.split()
+        assert mode == ["600", "root", "root"]
+        pid = lab.ssh(node["host"], "systemctl show -p MainPID --value vllm.service").stdout.strip()
+        environ = lab.ssh(node["host"], f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout.splitlines()
+        for name, value in node["env"].items():
+            assert f"{name}={value}" in environ, name
+        user = lab.ssh(node["host"], f"ps -o user= -p {pid}").stdout.strip()
+        assert user == "vllm"
+
+
+def test_a_second_run_changes_nothing(lab, first_deploy):
+    result = lab.ansible_playbook("deploy.yml", timeout=1200)
+    counts = recap(result.stdout)
+    assert set(counts) >= {"node1", "node2", "node3", "localhost"}
+    assert {host: c["changed"] for host, c in counts.items()} == {host: 0 for host in counts}, result.stdout[-3000:]
+    assert "vLLM runs as planned" in result.stdout
+
+
+def test_check_diff_reports_nothing_to_change(lab, first_deploy):
+    result = lab.ansible_playbook("deploy.yml", "--check", "--diff", timeout=1200)
+    counts = recap(result.stdout)
+    assert {host: c["changed"] for host, c in counts.items()} == {host: 0 for host in counts}, result.stdout[-3000:]
+    assert "--- before" not in result.stdout
+
+
+def test_systemd_reads_exec_start_and_env_file_back(lab, first_deploy):
+    """The quoting of vllm_unit, read back by a real systemd: argv and environment arrive unchanged."""
+    words = ["plain", "two words", "50%", "$HOME", 'say "hi"', "back\\slash", "a;b", "", "tab\there",
+             '{"k": 1}', "naïve"]
+    env = {"A": "0|1", "B": 'x "y" $z `w` \\v', "C": "=mlx5_0:1,mlx5_1:1"}
+    code = "import json, os, sys; print(json.dumps([sys.argv[1:], {k: os.environ[k] for k in 'ABC'}]))"
+    unit = "\n".join([
+        "[Service]",
+        "Type=oneshot",
+        "EnvironmentFile=/run/vllm-quote-test.env",
+        "ExecStart=" + exec_start("/usr/bin/python3", ["python3", "-c", code, *words]),
+    ]) + "\n"
+    env_text = "\n".join(env_file_line(k, v) for k, v in env.items()) + "\n"
+    script = (
+        f"printf %s {shlex.quote(unit)} > /run/systemd/system/vllm-quote-test.service && "
+        f"printf %s {shlex.quote(env_text)} > /run/vllm-quote-test.env && "
+        "systemctl daemon-reload && systemctl start vllm-quote-test.service && "
+        "journalctl -u vllm-quote-test.service -o cat --no-pager | grep '^\\[' | tail -1; "
+        "rm -f /run/systemd/system/vllm-quote-test.service /run/vllm-quote-test.env; systemctl daemon-reload"
+    )
+    printed = lab.ssh("node3", script).stdout.strip().splitlines()[-1]
+    assert json.loads(printed) == [words, env]
+
+
+# --------------------------------------------------------------------------- 2. a node's unit stopped
+
+
+def test_verification_fails_with_the_table_when_one_node_is_stopped(lab, first_deploy):
+    lab.ssh("node2", "systemctl stop vllm.service")
+    result = lab.ansible_playbook("deploy.yml", "--tags", "verify", check=False, timeout=900)
+    assert result.returncode != 0
+    lines = table(result.stdout)
+    assert lines[0].startswith("vLLM does NOT run as planned")
+    assert row(lines, "node2", "unit") == ["active (running)", "inactive (dead)", "MISMATCH"]
+    assert row(lines, "node2", "ranks (rank/local)") == ["1/0", "none", "MISMATCH"]
+    assert row(lines, "all", "every rank once")[2] == "MISMATCH"
+    assert "vLLM does not run as planned (" in result.stdout
+    assert "node2 unit: expected active (running), found inactive (dead)" in result.stdout
+
+
+# --------------------------------------------------------------------------- 3. single node TP=2, then a TP fault
+
+
+def test_single_node_tp2(lab, first_deploy):
+    result = lab.ansible_playbook("deploy.yml", *ONE_NODE_TP2, *VLLM_AND_VERIFY, timeout=1200)
+    lines = table(result.stdout)
+    assert lines[0].startswith("vLLM runs as planned: tp (mp) TP=2 PP=1 DP=1 EP=1 world_size=2 on node1")
+    assert row(lines, "node1", "ranks (rank/local)")[:2] == ["0/0 1/1", "0/0 1/1"]
+    assert row(lines, "node1", "worker processes")[:2] == ["Worker_TP0 Worker_TP1"] * 2
+    assert row(lines, "node2", "unit (not in plan)")[1:] == ["no vllm unit", "ok"]
+    assert unit_active(lab, "node2") in ("inactive", "unknown")
+
+
+def test_verification_fails_with_the_table_when_a_unit_runs_another_tp(lab, first_deploy):
+    lab.ssh("node1", "sed -i 's/--tensor-parallel-size 2/--tensor-parallel-size 1/' /etc/systemd/system/vllm.service"
+                     " && systemctl daemon-reload && systemctl restart vllm.service")
+    result = lab.ansible_playbook("deploy.yml", *ONE_NODE_TP2, "--tags", "verify", check=False, timeout=900)
+    assert result.returncode != 0
+    lines = table(result.stdout)
+    assert row(lines, "node1", "world_size") == ["2", "1", "MISMATCH"]
+    assert row(lines, "node1", "ranks (rank/local)") == ["0/0 1/1", "0/0", "MISMATCH"]
+    assert row(lines, "node1", "KV tokens EngineCore") == ["2,097,152 (exact)", "1,048,576 (2048.00x at 512)",
+                                                           "MISMATCH"]
+    assert row(lines, "node1", "sizes vLLM was given") == ["TP=2 PP=1 DP=1", "TP=1 PP=1 DP=1", "MISMATCH"]
+    assert row(lines, "all", "every rank once") == ["0,1", "0 (missing 1)", "MISMATCH"]
+
+
+# --------------------------------------------------------------------------- 4. 2-node PP=2
+
+
+def test_two_node_pp2_without_eager(lab, first_deploy):
+    result = lab.ansible_playbook("deploy.yml", *PP2, *VLLM_AND_VERIFY, timeout=1500)
+    lines = table(result.stdout)
+    assert lines[0].startswith("vLLM runs as planned: tp_pp (mp) TP=1 PP=2 DP=1 EP=1 world_size=2 on node1, node2")
+    assert row(lines, "node1", "DP/PP/TP/EP ranks")[:2] == ["DP0 PP0 TP0"] * 2
+    assert row(lines, "node2", "DP/PP/TP/EP ranks")[:2] == ["DP0 PP1 TP0"] * 2
+    assert row(lines, "node2", "worker processes")[:2] == ["Worker_PP1"] * 2
+    exec_line = lab.ssh("node1", "grep ^ExecStart= /etc/systemd/system/vllm.service").stdout
+    assert "--enforce-eager" not in exec_line and "--pipeline-parallel-size 2" in exec_line
+
+
+def test_an_eager_first_rollout_is_refused_for_pp_on_cpu(lab, first_deploy):
+    result = lab.ansible_playbook("deploy.yml", *PP2, "-e", '{"vllm_service_eager_first": true}', "--tags", "vllm",
+                                  check=False, timeout=600)
+    assert result.returncode != 0
+    assert "vllm_service_eager_first=true cannot run for this plan: PP=2 on the CPU platform crashes" in result.stdout
+    # Refused before touching anything: the PP=2 deployment still runs.
+    assert unit_active(lab, "node1") == unit_active(lab, "node2") == "active"
+
+
+# --------------------------------------------------------------------------- 5. dense DP=2
+
+
+def test_dense_dp2(lab, first_deploy):
+    result = lab.ansible_playbook("deploy.yml", *DENSE_DP2, *VLLM_AND_VERIFY, timeout=1200)
+    lines = table(result.stdout)
+    assert lines[0].startswith("vLLM runs as planned: dp_replicas (mp) TP=1 PP=1 DP=2")
+    assert row(lines, "node1", "KV tokens EngineCore_DP0")[:2] == ["1,048,576 (exact)",
+                                                                   "1,048,576 (2048.00x at 512)"]
+    assert row(lines, "node2", "KV tokens EngineCore_DP1")[:2] == ["1,048,576 (exact)",
+                                                                   "1,048,576 (2048.00x at 512)"]
+    assert row(lines, "all", "every rank once per replica (x2)")[:2] == ["0,0", "0,0"]
