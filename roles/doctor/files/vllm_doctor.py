@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""The doctor's controller side: diagnose saved evidence, or evaluate the seed's checklist.
+
+    vllm_doctor.py diagnose --catalog signatures.yml --evidence doctor-evidence.json \
+        [--markdown doctor.md] [--json doctor.json] [--evidence-lines 8]
+    vllm_doctor.py checklist --evidence checklist-evidence.json [--results DIR] \
+        [--markdown checklist.md] [--json checklist.json]
+
+The evidence file is what the doctor role writes under results/<deployment>/:
+{"plan": ..., "hosts": [...], "gather": [...], "gpu": [...], "ib": [...]}, the
+registered results of doctor_gather, gpu_facts and ib_facts per node. Running
+this script again on a saved file gives the same report, offline. It prints one
+JSON object on stdout (the summary the playbook reads). All logic is in the
+collection's plugins/module_utils (doctor_catalog.py, checklist.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _collection_imports():
+    """Put the directory above ansible_collections/ on sys.path (this file lives inside the collection)."""
+    here = os.path.abspath(__file__)
+    while here != os.path.dirname(here):
+        here = os.path.dirname(here)
+        if os.path.basename(here) == "ansible_collections":
+            sys.path.insert(0, os.path.dirname(here))
+            return
+    raise SystemExit(f"{__file__}: not inside an ansible_collections/ tree; run it from the installed collection")
+
+
+def _hosts(data):
+    names = data.get("hosts") or []
+    lists = [data.get(key) or [{}] * len(names) for key in ("gather", "gpu", "ib")]
+    if any(len(values) != len(names) for values in lists):
+        raise SystemExit("evidence: hosts, gather, gpu and ib must have one entry per node")
+    return [{"host": n, "gather": g, "gpu": p, "ib": i} for n, g, p, i in zip(names, *lists, strict=True)]
+
+
+def _write(path, text):
+    if path:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+
+def diagnose(args):
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils import doctor_catalog as doctor
+
+    catalog = doctor.load_catalog_file(args.catalog)
+    with open(args.evidence, encoding="utf-8") as handle:
+        data = json.load(handle)
+    report = doctor.diagnose(catalog, doctor.evidence_from_registered(data.get("plan"), _hosts(data)))
+    _write(args.markdown, doctor.render_markdown(report))
+    _write(args.json, json.dumps(report, indent=2) + "\n")
+    faults = [f for f in report["findings"] if f["severity"] == "fault"]
+    summary = {
+        "faults": report["faults"],
+        "warnings": report["warnings"],
+        "deployment": report["deployment"],
+        "top": faults[0] if faults else None,
+        "findings": [{"id": f["id"], "severity": f["severity"], "nodes": f["nodes"]} for f in report["findings"]],
+        "lines": doctor.render_report(report, args.evidence_lines),
+    }
+    print(json.dumps(summary))
+
+
+def checklist(args):
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils import checklist as seed_checklist
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils import doctor_catalog as doctor
+
+    with open(args.evidence, encoding="utf-8") as handle:
+        data = json.load(handle)
+    evidence = doctor.evidence_from_registered(data.get("plan"), _hosts(data))
+    evidence["results"] = seed_checklist.read_results(args.results) if args.results else {}
+    report = seed_checklist.evaluate(evidence)
+    _write(args.markdown, seed_checklist.render_markdown(report))
+    _write(args.json, json.dumps(report, indent=2) + "\n")
+    print(json.dumps({**report["summary"], "lines": seed_checklist.render_lines(report)}))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    one = sub.add_parser("diagnose", help="match the signature catalog against saved evidence")
+    one.add_argument("--catalog", required=True)
+    one.add_argument("--evidence", required=True)
+    one.add_argument("--markdown")
+    one.add_argument("--json")
+    one.add_argument("--evidence-lines", type=int, default=8)
+    one.set_defaults(func=diagnose)
+    two = sub.add_parser("checklist", help="evaluate the seed's checklist (7.1) on saved evidence")
+    two.add_argument("--evidence", required=True)
+    two.add_argument("--results", help="results/<deployment>/ with benchmark and verification outputs")
+    two.add_argument("--markdown")
+    two.add_argument("--json")
+    two.set_defaults(func=checklist)
+    args = parser.parse_args(argv)
+    _collection_imports()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,384 @@
+"""The doctor on the real lab: a healthy deployment, then failures reproduced for real, each the top finding.
+
+One 2-node lab, one deployment (the lab inventory: 2-node mp TP=2 on the CPU
+platform) plus a Ray cluster beside it (ray.yml; the lab's vLLM cannot run on
+Ray, its Ray cluster can). Each fault is injected the way it happens on a real
+cluster (a process squatting a port, a hand-edited env file, a firewall rule, a
+worker with another Ray, a unit override), the symptom is awaited, doctor.yml
+runs, and the test asserts its exit status, its top finding and the evidence it
+quotes; then the fault is removed. Faults that do not need vLLM to restart run
+first; the ones that break vLLM's start-up run last, each restarting vLLM with
+its own fault in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.lab
+LAB_NODES = 2
+LAB_NAME = "tdoctor"
+REPO = Path(__file__).resolve().parents[2]
+DEPLOYMENT = "lab-tiny-llama"
+OLD_RAY = "2.59.0"
+OLD_RAY_WHEEL = f"ray-{OLD_RAY}-cp311-cp311-manylinux2014_x86_64.whl"
+VENV = "/opt/vllm-cluster/venv"
+MODEL = "/srv/models/tiny-llama"
+MODEL_SOURCE = REPO / ".cache" / "models" / "tiny-llama"
+RUNTIME_PYTHON = REPO / ".venv-runtime" / "bin" / "python"
+LAB_PROFILE = REPO / "tests" / "fixtures" / "bench" / "lab-profile.yml"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_fact_cache():
+    """Facts cached for 'node1' by another lab must not plan this one (ansible.cfg caches by host name)."""
+    previous = os.environ.get("ANSIBLE_CACHE_PLUGIN")
+    os.environ["ANSIBLE_CACHE_PLUGIN"] = "memory"
+    yield
+    if previous is None:
+        os.environ.pop("ANSIBLE_CACHE_PLUGIN", None)
+    else:
+        os.environ["ANSIBLE_CACHE_PLUGIN"] = previous
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    """The lab inventory's model, built offline on the controller (as tests/lab/test_benchmark.py does)."""
+    if not (MODEL_SOURCE / "model.safetensors").exists():
+        proc = subprocess.run(
+            [str(RUNTIME_PYTHON), str(REPO / "lab" / "make_tiny_model.py"), "llama", str(MODEL_SOURCE), "--weights"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    return MODEL_SOURCE
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return tmp_path_factory.mktemp("doctor-results")
+
+
+@pytest.fixture(scope="module")
+def deployed(lab, tiny_model, results):
+    """The seed's order: step 0, a one-worker baseline benchmarked; then the lab's 2-node TP=2, and Ray beside it."""
+    started = time.monotonic()
+    tp1 = json.dumps({"vllm_cluster_tp": 1})  # typed: a key=value -e would pass the string "1"
+    lab.ansible_playbook("deploy.yml", "-e", tp1, "--skip-tags", "verify", timeout=2400)
+    lab.ansible_playbook("playbooks/benchmark.yml", "-e", tp1, "-e", "vllm_benchmark_baseline=true",
+                         "-e", f"@{LAB_PROFILE}", "-e", f"vllm_benchmark_results_dir={results}", timeout=900)
+    lab.ansible_playbook("deploy.yml", timeout=1800)
+    lab.ansible_playbook("playbooks/ray.yml", timeout=900)
+    print(f"baseline + deploy.yml + ray.yml took {time.monotonic() - started:.0f} s")
+    return lab
+
+
+def doctor(lab, results, *args):
+    """Run doctor.yml; return (exit status, report, the play's output)."""
+    started = time.monotonic()
+    proc = lab.ansible_playbook("playbooks/doctor.yml", "-e", f"doctor_results_dir={results}", *args,
+                                check=False, timeout=900)
+    elapsed = time.monotonic() - started
+    report = json.loads((results / DEPLOYMENT / "doctor.json").read_text(encoding="utf-8"))
+    print(f"doctor.yml: exit {proc.returncode} in {elapsed:.0f} s; findings "
+          f"{[(f['id'], f['severity'], f['nodes']) for f in report['findings']]}")
+    return proc.returncode, report, proc.stdout
+
+
+def top_fault(report):
+    faults = [f for f in report["findings"] if f["severity"] == "fault"]
+    assert faults, f"no fault found: {report['findings']}"
+    return faults[0]
+
+
+def evidence_text(finding):
+    return "\n".join(f"{item['node']} [{item['source']}] {item['line']}" for item in finding["evidence"])
+
+
+# Commands spelled out in full: docs/runbooks quote them (tests/unit/test_doctor_runbooks.py).
+JOURNAL_SINCE = {
+    "vllm.service": "journalctl -u vllm.service --since @{since} --no-pager -o cat",
+    "ray-worker.service": "journalctl -u ray-worker.service --since @{since} --no-pager -o cat",
+}
+RAY_NODES = "/opt/vllm-cluster/venv/bin/ray list nodes --format json --address {address}"
+RAY_VERSION = "/opt/vllm-cluster/venv/bin/python -c 'import ray; print(ray.__version__)'"
+UNIT_STATE = "systemctl show -p ActiveState -p SubState -p NRestarts vllm.service"
+
+
+def journal_since(lab, node, since, unit="vllm.service"):
+    return lab.ssh(node, JOURNAL_SINCE[unit].format(since=since), check=False).stdout
+
+
+def wait_for(what, predicate, timeout=420, every=5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def now(lab, node="node1"):
+    return int(lab.ssh(node, "date +%s").stdout.strip())
+
+
+def restart_vllm(lab, nodes=("node1", "node2")):
+    """Restart vLLM on the nodes (workers first, as vllm.yml does); return the time it started."""
+    since = now(lab)
+    for node in reversed(nodes):
+        lab.ssh(node, "systemctl reset-failed vllm.service; systemctl restart --no-block vllm.service")
+    return since
+
+
+def unit_state(lab, node):
+    out = lab.ssh(node, UNIT_STATE).stdout
+    return dict(line.split("=", 1) for line in out.split())
+
+
+# --------------------------------------------------------------------------- healthy
+
+
+def test_healthy_deployment_has_no_fault_and_every_applicable_checklist_item_passes(deployed, results):
+    status, report, output = doctor(deployed, results)
+    assert status == 0, output[-3000:]
+    assert report["faults"] == 0
+    assert [f["id"] for f in report["findings"]] == ["tp_across_nodes"]  # the lab's deliberate layout: a warning
+    markdown = (results / DEPLOYMENT / "doctor.md").read_text(encoding="utf-8")
+    assert "0 fault(s)" in markdown
+    proc = deployed.ansible_playbook("playbooks/checklist.yml", "-e", f"doctor_results_dir={results}",
+                                     check=False, timeout=900)
+    checklist = json.loads((results / DEPLOYMENT / "checklist.json").read_text(encoding="utf-8"))
+    statuses = {item["id"]: item["status"] for item in checklist["items"]}
+    failed = {item["id"]: item["evidence"] for item in checklist["items"] if item["status"] == "fail"}
+    assert not failed, failed
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for item in ("decision_tree", "baseline_recorded", "eager_first", "world_size_logged", "ray_cluster",
+                 "nccl_network_env", "rank_layout"):
+        assert statuses[item] == "pass", (item, checklist["items"])
+    assert statuses["memory_balanced"] == "n/a" and statuses["ep_logged"] == "n/a"
+    assert "## Multi node (多节点阶段)" in (results / DEPLOYMENT / "checklist.md").read_text(encoding="utf-8")
+    # Check mode gives the same diagnosis: every read runs in check mode, only the report is written.
+    status, again, _ = doctor(deployed, results, "--check")
+    assert status == 0
+    assert [f["id"] for f in again["findings"]] == [f["id"] for f in report["findings"]]
+
+
+# --------------------------------------------------------------------------- faults that leave vLLM running
+
+
+def test_a_foreign_process_holding_a_lab_gpu(deployed, results):
+    lab = deployed
+    lab.ssh("node1", "systemd-run --unit=doctor-gpu-squatter sh -c 'exec sleep 600 </dev/vlab-gpu0'")
+    try:
+        pid = lab.ssh("node1", "systemctl show -p MainPID --value doctor-gpu-squatter").stdout.strip()
+        wait_for("nvidia-smi to show the squatter",
+                 lambda: pid in lab.ssh("node1", "nvidia-smi --query-compute-apps=pid --format=csv,noheader",
+                                        check=False).stdout)
+        status, report, output = doctor(lab, results)
+        assert status != 0
+        finding = top_fault(report)
+        assert finding["id"] == "gpu_held_by_foreign_process", report["findings"]
+        assert finding["nodes"] == ["node1"]
+        assert f"pid {pid}" in evidence_text(finding)
+        assert "gpu_held_by_foreign_process" in output
+    finally:
+        lab.ssh("node1", "systemctl stop doctor-gpu-squatter", check=False)
+
+
+def test_a_stopped_ray_worker(deployed, results):
+    lab = deployed
+    lab.ssh("node2", "systemctl stop ray-worker.service")
+    try:
+        status, report, _ = doctor(lab, results)
+        assert status != 0
+        finding = top_fault(report)
+        assert finding["id"] == "ray_worker_stopped", report["findings"]
+        assert finding["nodes"] == ["node2"]
+        assert "Stopping ray-worker.service" in evidence_text(finding)
+        missing = next(f for f in report["findings"] if f["id"] == "ray_node_missing")
+        assert missing["explained_by"] == ["ray_worker_stopped"]
+        assert lab.fabric_address("node2") in evidence_text(missing)
+    finally:
+        lab.ssh("node2", "systemctl start ray-worker.service")
+    wait_ray_alive(lab)
+
+
+def wait_ray_alive(lab):
+    address = f"{lab.fabric_address('node1')}:6379"
+    wait_for("both Ray nodes ALIVE", lambda: lab.ssh(
+        "node1", RAY_NODES.format(address=address) + " 2>/dev/null", check=False
+    ).stdout.count('"ALIVE"') == 2, timeout=300)
+
+
+def old_ray_wheel(lab):
+    """The older Ray wheel on node2: from the wheelhouse (/srv/wheelhouse) or copied from .cache/doctor/wheels."""
+    if lab.ssh("node2", f"test -f /srv/wheelhouse/{OLD_RAY_WHEEL}", check=False).returncode == 0:
+        return f"/srv/wheelhouse/{OLD_RAY_WHEEL}"
+    local = REPO / ".cache" / "doctor" / "wheels" / OLD_RAY_WHEEL
+    assert local.exists(), (
+        f"{OLD_RAY_WHEEL} is in neither the wheelhouse nor {local.parent}: add ray=={OLD_RAY} "
+        "(cp311, manylinux2014_x86_64) to the offline wheelhouse (scripts/bootstrap)"
+    )
+    from vlab.machines import SSH_OPTIONS
+    subprocess.run(["scp", "-q", "-i", str(lab.key), *SSH_OPTIONS, str(local),
+                    f"root@{lab.management_address('node2')}:/tmp/{OLD_RAY_WHEEL}"], check=True, timeout=300)
+    return f"/tmp/{OLD_RAY_WHEEL}"
+
+
+def test_a_ray_version_mismatch_on_one_worker(deployed, results):
+    lab = deployed
+    wheel = old_ray_wheel(lab)
+    current = lab.ssh("node2", RAY_VERSION).stdout.strip()
+    install = f"{VENV}/bin/python -m pip install --no-index --no-deps --force-reinstall --quiet"
+    try:
+        lab.ssh("node2", f"{install} {wheel}", timeout=600)
+        since = now(lab, "node2")
+        lab.ssh("node2", "systemctl restart --no-block ray-worker.service")
+        wait_for("Ray's version check on node2",
+                 lambda: "Version mismatch" in journal_since(lab, "node2", since, "ray-worker.service"))
+        status, report, _ = doctor(lab, results)
+        assert status != 0
+        finding = top_fault(report)
+        assert finding["id"] == "ray_version_mismatch", report["findings"]
+        assert "node2" in finding["nodes"]
+        text = evidence_text(finding)
+        assert f"ray {OLD_RAY}" in text.lower() or f"Ray: {OLD_RAY}" in text
+        assert "Version mismatch: The cluster was started with:" in text
+    finally:
+        lab.ssh("node2", f"{install} /srv/wheelhouse/ray-{current}-cp311-cp311-manylinux2014_x86_64.whl",
+                timeout=600)
+        lab.ssh("node2", "systemctl restart ray-worker.service")
+    wait_ray_alive(lab)
+
+
+# --------------------------------------------------------------------------- faults that break vLLM's start
+
+
+def test_a_port_conflict_on_the_vllm_port(deployed, results):
+    lab = deployed
+    lab.ssh("node1", "systemctl stop vllm.service")
+    lab.ssh("node1", "systemd-run --unit=doctor-port-squatter python3 -m http.server 8000 --bind 0.0.0.0")
+    try:
+        wait_for("the squatter to listen on 8000",
+                 lambda: ":8000 " in lab.ssh("node1", "ss -Hltn", check=False).stdout, timeout=60)
+        since = restart_vllm(lab)
+        wait_for("vLLM to fail on the port",
+                 lambda: "Address already in use" in journal_since(lab, "node1", since))
+        status, report, _ = doctor(lab, results)
+        assert status != 0
+        finding = top_fault(report)
+        assert finding["id"] == "port_in_use", report["findings"]
+        assert finding["nodes"] == ["node1"]
+        text = evidence_text(finding)
+        assert "0.0.0.0:8000" in text and "python3" in text
+        assert "python3" in finding["cause"] and "8000" in finding["cause"]
+    finally:
+        lab.ssh("node1", "systemctl stop doctor-port-squatter", check=False)
+
+
+def test_heads_not_divisible_by_tp_forced_through_a_unit_override(deployed, results):
+    lab = deployed
+    for node in lab.nodes:
+        argv = lab.ssh(node, "systemctl show -p ExecStart --value vllm.service").stdout
+        command = argv.split("argv[]=", 1)[1].split(" ; ", 1)[0].replace("--tensor-parallel-size 2",
+                                                                        "--tensor-parallel-size 6")
+        lab.ssh(node, "mkdir -p /etc/systemd/system/vllm.service.d && printf '%s\\n' '[Service]' 'ExecStart=' "
+                      f"{shlex.quote('ExecStart=' + command)} > /etc/systemd/system/vllm.service.d/tp.conf && "
+                      "systemctl daemon-reload")
+    try:
+        since = restart_vllm(lab)
+        wait_for("vLLM to refuse TP=6",
+                 lambda: "must be divisible by tensor parallel size (6)" in journal_since(lab, "node1", since))
+        status, report, _ = doctor(lab, results)
+        assert status != 0
+        finding = top_fault(report)
+        assert finding["id"] == "heads_not_divisible", report["findings"]
+        assert "node1" in finding["nodes"]
+        assert "Total number of attention heads (4) must be divisible by tensor parallel size (6)" in \
+            evidence_text(finding)
+        assert finding["title"] == "TP 6 does not divide the 4 attention heads"
+        drift = next(f for f in report["findings"] if f["id"] == "unit_drifted_from_plan")
+        assert "--tensor-parallel-size 6 (plan: 2)" in evidence_text(drift)
+        assert "/etc/systemd/system/vllm.service.d/tp.conf" in evidence_text(drift)
+    finally:
+        for node in lab.nodes:
+            lab.ssh(node, "rm -f /etc/systemd/system/vllm.service.d/tp.conf && systemctl daemon-reload")
+
+
+def test_the_model_directory_missing_on_one_node(deployed, results):
+    lab = deployed
+    lab.ssh("node2", f"mv {MODEL} {MODEL}.away")
+    try:
+        since = restart_vllm(lab)
+        wait_for("vLLM on node2 to miss the model",
+                 lambda: "HFValidationError" in journal_since(lab, "node2", since))
+        status, report, _ = doctor(lab, results)
+        assert status != 0
+        finding = top_fault(report)
+        assert finding["id"] == "model_missing", report["findings"]
+        assert finding["nodes"] == ["node2"]
+        text = evidence_text(finding)
+        assert f"{MODEL}: no such file or directory on node2" in text
+        assert "HFValidationError" in text
+    finally:
+        lab.ssh("node2", f"mv {MODEL}.away {MODEL}")
+
+
+def test_a_blocked_rendezvous_port(deployed, results):
+    lab = deployed
+    lab.ssh("node1", "nft add table inet doctor_fault && nft add chain inet doctor_fault input "
+                     "'{ type filter hook input priority 0; }' && "
+                     "nft add rule inet doctor_fault input iifname eth1 tcp dport 29501 drop")
+    try:
+        since = restart_vllm(lab)
+        # Rank 0 logs its world_size line just before it opens the rendezvous store on --master-port.
+        wait_for("rank 0 to start the process group",
+                 lambda: "world_size=2 rank=0" in journal_since(lab, "node1", since), timeout=900)
+        wait_for("the head to listen on the rendezvous port",
+                 lambda: ":29501 " in lab.ssh("node1", "ss -Hltn", check=False).stdout, timeout=120)
+        wait_for("node2's vLLM to be running", lambda: unit_state(lab, "node2")["ActiveState"] == "active")
+        status, report, _ = doctor(lab, results)
+        assert status != 0
+        finding = top_fault(report)
+        assert finding["id"] == "rendezvous_port_blocked", report["findings"]
+        assert "node2" in finding["nodes"] or "node1" in finding["nodes"]
+        text = evidence_text(finding)
+        assert f"node2 -> {lab.fabric_address('node1')}:29501 (master): timeout" in text
+        assert 'iifname "eth1" tcp dport 29501 drop' in text
+        assert "node1 listens on 29501" in text
+    finally:
+        lab.ssh("node1", "nft delete table inet doctor_fault", check=False)
+
+
+def test_gloo_bound_to_the_management_network_while_it_is_blocked_between_nodes(deployed, results):
+    lab = deployed
+    peers = {"node1": lab.management_address("node2"), "node2": lab.management_address("node1")}
+    for node in lab.nodes:
+        lab.ssh(node, "tar -C /etc/vllm-cluster -cf /root/env.doctor-backup.tar . && "
+                      "sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=eth0/' /etc/vllm-cluster/*env && "
+                      "nft add table inet doctor_fault && nft add chain inet doctor_fault input "
+                      "'{ type filter hook input priority 0; }' && "
+                      f"nft add rule inet doctor_fault input iifname eth0 ip saddr {peers[node]} drop")
+    try:
+        since = restart_vllm(lab)
+        wait_for("the workers to reach the process-group set-up",
+                 lambda: "world_size=2" in journal_since(lab, "node2", since)
+                 or "world_size=2" in journal_since(lab, "node1", since), timeout=600)
+        status, report, _ = doctor(lab, results)
+        assert status != 0
+        finding = top_fault(report)
+        assert finding["id"] == "socket_ifname_wrong_nic", report["findings"]
+        assert finding["nodes"] == ["node1", "node2"]
+        text = evidence_text(finding)
+        assert "/etc/vllm-cluster/" in text and "GLOO_SOCKET_IFNAME=eth0" in text
+        assert "expected eth1" in text
+    finally:
+        for node in lab.nodes:
+            lab.ssh(node, "tar -C /etc/vllm-cluster -xf /root/env.doctor-backup.tar; "
+                          "nft delete table inet doctor_fault", check=False)

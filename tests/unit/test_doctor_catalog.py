@@ -1,0 +1,154 @@
+"""The signature catalog is data: it loads, it is validated, and every signature can fire."""
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import doctor_catalog as doctor
+
+REPO = Path(__file__).resolve().parents[2]
+CATALOG_FILE = REPO / "roles" / "doctor" / "files" / "signatures.yml"
+RAW = yaml.safe_load(CATALOG_FILE.read_text(encoding="utf-8"))
+CATALOG = doctor.load_catalog(RAW)
+IDS = {sig["id"] for sig in CATALOG["signatures"]}
+
+
+def test_the_catalog_covers_the_issue_and_the_seed_map():
+    required = {
+        # the seed's failure map (7.2)
+        "ray_not_running", "ray_version_mismatch", "gpu_held_by_foreign_process", "gpu_memory_busy", "port_in_use",
+        "socket_ifname_wrong_nic", "rendezvous_port_blocked", "driver_mismatch", "nccl_socket_where_ib_declared",
+        "tp_across_nodes", "nccl_p2p_disabled",
+        # the issue's list
+        "vllm_host_ip_mismatch", "gloo_connect_failed", "placement_group_unsatisfiable", "world_size_exceeds_gpus",
+        "heads_not_divisible", "model_missing", "nccl_watchdog_timeout", "shm_too_small", "memlock_too_small",
+        "fabric_manager_down", "ib_port_down",
+    }
+    assert required <= IDS, sorted(required - IDS)
+    families = {sig["family"] for sig in CATALOG["signatures"]}
+    assert families == set(doctor.FAMILIES)
+
+
+def test_every_signature_says_symptom_checks_cause_and_fix():
+    for sig in CATALOG["signatures"]:
+        assert sig["symptom"] and sig["cause"] and sig["fix"] and sig["checks"], sig["id"]
+        assert sig["rules"], sig["id"]
+
+
+def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
+    """Every {name} in a title/cause/fix comes from a named group, an observation value, a default or the plan."""
+    plan_values = {"tp", "pp", "dp", "world_size", "model_path", "heads", "backend", "head_node", "head_address",
+                   "nodes", "node", "port_api", "port_master", "port_dp_rpc", "gpus_per_node"}
+    observation_values = {
+        "port_held_by_foreign_process": {"port", "port_name", "process", "pid"},
+        "gpu_held_by_foreign_process": {"gpu", "pid", "process", "memory_mib"},
+        "unit_failed": {"unit", "last_error"}, "unit_stopped": {"unit"}, "unit_missing": {"unit"},
+        "ray_node_not_alive": {"address", "ray_state"},
+        "version_mismatch": {"package", "version", "expected", "versions"},
+        "socket_ifname_mismatch": {"var", "value", "expected", "path"},
+        "host_ip_mismatch": {"value", "expected"}, "model_missing": {"path"},
+        "rendezvous_probe": {"address", "port", "port_name", "result"},
+        "firewall_drops_port": {"port", "port_name"}, "shm_small": {"size_gib"}, "ib_declared": {"hca"},
+        "ib_port_down": {"hca", "state"}, "memlock_limited": {"unit", "limit"},
+        "driver_mismatch": {"driver", "versions"}, "fabric_manager_not_ready": {"state"},
+        "unit_argv_differs": {"differences", "dropins"}, "env_differs": {"differences"}, "tp_across_nodes": {"tp", "gpus_per_node"},
+        "env_flag": {"name", "value"}, "gpu_count_below_plan": {"count", "needed"}, "node_unreachable": set(),
+        "gpu_facts_failed": {"error"},
+    }
+    assert set(observation_values) == set(doctor.OBSERVATIONS)
+    for sig in CATALOG["signatures"]:
+        for rule in sig["rules"]:
+            available = set(plan_values) | set(sig["defaults"])
+            if "log" in rule:
+                available |= set(rule["log"]["regex"].groupindex)
+            else:
+                available |= observation_values[rule["observation"]]
+            for field in ("title", "cause", "fix"):
+                for name in re.findall(r"\{(\w+)\}", sig[field]):
+                    assert name in available, f"{sig['id']}.{field}: {{{name}}} is not set when rule {rule} matches"
+
+
+def test_explains_only_points_at_lower_priority_signatures():
+    by_id = {sig["id"]: sig for sig in CATALOG["signatures"]}
+    for sig in CATALOG["signatures"]:
+        for other in sig["explains"]:
+            assert by_id[other]["priority"] < sig["priority"], f"{sig['id']} explains {other} of a higher priority"
+
+
+def test_every_log_pattern_is_searched_in_known_sources():
+    for sig in CATALOG["signatures"]:
+        for rule in sig["rules"]:
+            if "log" in rule:
+                assert set(rule["log"]["sources"]) <= set(doctor.LOG_SOURCES)
+
+
+def broken(mutate):
+    data = copy.deepcopy(RAW)
+    mutate(data)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.update(catalog_version=2), "catalog_version must be 1"),
+        (lambda d: d.update(signatures=[]), "'signatures' must be a non-empty list"),
+        (lambda d: d["signatures"][0].update(id="Bad Id"), "'id' must match"),
+        (lambda d: d["signatures"][1].update(id=d["signatures"][0]["id"]), "the id is used twice"),
+        (lambda d: d["signatures"][0].update(family="network"), "'family' must be one of"),
+        (lambda d: d["signatures"][0].update(priority=0), "'priority' must be an integer 1-100"),
+        (lambda d: d["signatures"][0].update(severity="fatal"), "'severity' must be one of"),
+        (lambda d: d["signatures"][0].pop("fix"), "'fix' must be a non-empty string"),
+        (lambda d: d["signatures"][0].update(checks=[]), "'checks' must be a non-empty list"),
+        (lambda d: d["signatures"][0].update(colour="red"), "unknown keys ['colour']"),
+        (lambda d: d["signatures"][0]["match"]["any"].append({"observation": "moon_phase"}),
+         "unknown observation 'moon_phase'"),
+        (lambda d: d["signatures"][0]["match"]["any"].append({"log": {"pattern": "unclosed ("}}),
+         "is not a valid regular expression"),
+        (lambda d: d["signatures"][0]["match"]["any"].append({"log": {"pattern": "x", "sources": ["kernel"]}}),
+         "'log.sources' must be a list of"),
+        (lambda d: d["signatures"][0]["match"]["any"].append({"log": {"pattern": "x"}, "observation": "shm_small"}),
+         "exactly one of 'log' or 'observation'"),
+        (lambda d: d["signatures"][0]["match"]["any"].append({"log": {"pattern": "x"}, "requires": ["nope"]}),
+         "'requires' names the unknown observation 'nope'"),
+        (lambda d: d["signatures"][0].update(explains=["no_such_signature"]),
+         "'explains' names the unknown signature 'no_such_signature'"),
+        (lambda d: d["signatures"][0].update(match={"all": []}), "'match' must be a mapping with only 'any'"),
+        (lambda d: d["signatures"][0].update(defaults={"port": 8000}), "'defaults' must map placeholder names"),
+    ],
+)
+def test_a_malformed_catalog_is_refused_naming_the_signature_and_field(mutate, message):
+    with pytest.raises(doctor.CatalogError) as error:
+        doctor.load_catalog(broken(mutate))
+    assert message in str(error.value)
+    if "signature" in str(error.value):
+        assert str(error.value).startswith(("signature ", "catalog"))
+
+
+def test_an_empty_cluster_has_nothing_to_report():
+    report = doctor.diagnose(CATALOG, {"plan": {}, "nodes": {}})
+    assert report["faults"] == 0 and report["findings"] == []
+    assert report["signatures_checked"] == len(CATALOG["signatures"])
+    assert doctor.render_report(report)[-1].startswith("No fault found")
+
+
+def test_ranking_puts_the_cause_before_what_it_explains_whatever_the_priorities():
+    data = copy.deepcopy(RAW)
+    for sig in data["signatures"]:
+        if sig["id"] == "unit_failed":
+            sig["priority"] = 100  # even a loud consequence goes after a matched cause
+    catalog = doctor.load_catalog(data)
+    evidence = {
+        "plan": {},
+        "nodes": {"n1": {"gather": {
+            "units": {"vllm.service": {"LoadState": "loaded", "ActiveState": "failed", "SubState": "failed",
+                                       "Result": "exit-code"}},
+            "journal": {"vllm.service": ["RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO "
+                                         "for details)"]},
+        }}},
+    }
+    report = doctor.diagnose(catalog, evidence)
+    assert [f["id"] for f in report["findings"]] == ["nccl_system_error", "unit_failed"]
+    assert report["findings"][1]["rank_priority"] == report["findings"][0]["priority"] - 1
