@@ -26,6 +26,13 @@ API of the `lab` fixture (module scope; one lab per module, so modules can run i
     lab.ansible_env() -> dict, lab.ansible_playbook(playbook, *args, check=True, timeout=1800)
 For a second lab or another scope: the `make_lab` fixture, `with make_lab("t2", nodes=1) as other:`.
 
+The `shared_lab` fixture (session scope, 3 nodes) is one lab for every module that
+deploys vLLM (deploy, benchmark, doctor, hardening): the runtime is installed once
+per run, which is most of CI's time. Its name is $VLLM_CLUSTER_SHARED_LAB (default
+"tshared"), so that two engineers can develop such modules side by side. A module
+that uses it starts with the deployment it needs (deploy.yml is idempotent) and puts
+back anything it breaks (hardware, units, firewall) before it ends.
+
 The lab is brought down even when tests fail, and teardown fails the module when
 `lab down` reports leftovers. Needs root and the host packages of scripts/bootstrap;
 without them the tests FAIL with the reason (they are never skipped).
@@ -179,6 +186,12 @@ def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
     module = request.module
     name = getattr(module, "LAB_NAME", None) or default_lab_name(str(Path(module.__file__).relative_to(REPO)))
     with lab_session(name, getattr(module, "LAB_NODES", 3)) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="session")
+def shared_lab() -> Iterator[Lab]:
+    with lab_session(os.environ.get("VLLM_CLUSTER_SHARED_LAB", "tshared"), 3) as handle:
         yield handle
 
 
