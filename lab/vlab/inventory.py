@@ -6,6 +6,8 @@ anything else an engineer put in the directory is left alone.
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import shutil
 from pathlib import Path
 
@@ -72,8 +74,24 @@ def write(spec: LabSpec) -> Path:
     for stale in host_vars.glob("node*.yml"):
         if stale.stem not in spec.node_names and _ours(stale):
             stale.unlink()
+    _write_api_key(inventory)
     _link_group_vars(spec)
     return inventory
+
+
+def api_key_path(inventory: Path) -> Path:
+    return inventory / "secrets" / "vllm-api-key"
+
+
+def _write_api_key(inventory: Path) -> None:
+    """The lab's vLLM API key (production keeps it in Vault): made once per lab, mode 0600."""
+    path = api_key_path(inventory)
+    if path.exists():
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_urlsafe(32) + "\n")
 
 
 def _link_group_vars(spec: LabSpec) -> None:
@@ -102,6 +120,9 @@ def remove(spec: LabSpec) -> None:
     key = ssh_key(spec)
     if key.parent.name == "ssh" and key.parent.is_dir():
         shutil.rmtree(key.parent)
+    secrets_dir = api_key_path(inventory).parent
+    if secrets_dir.is_dir():
+        shutil.rmtree(secrets_dir)
     link = inventory / "group_vars"
     if link.is_symlink():
         link.unlink()

@@ -15,7 +15,8 @@ Use it from any test module under tests/lab/:
 
 API of the `lab` fixture (module scope; one lab per module, so modules can run in parallel):
     lab.name, lab.nodes (["node1", ...]), lab.inventory (Path of the generated inventory
-        directory: hosts.yml, host_vars/, ssh/), lab.key (the SSH private key)
+        directory: hosts.yml, host_vars/, ssh/, secrets/), lab.key (the SSH private key),
+        lab.api_key (the vLLM API key of this lab)
     lab.management_address(node), lab.fabric_address(node), lab.gateway (host end of management)
     lab.ssh(node, command, check=True, timeout=120) -> CompletedProcess   command: one shell string
     lab.run(*args, check=True, timeout=...) -> CompletedProcess         lab/lab ARGS --name <lab>
@@ -58,7 +59,7 @@ CONTROLLER_BIN = REPO / ".venv" / "bin"
 UP_TIMEOUT_S = 900  # a fresh machine first builds the node image (about 2 minutes here)
 DOWN_TIMEOUT_S = 300
 sys.path.insert(0, str(REPO / "lab"))
-from vlab.inventory import fact_cache  # noqa: E402  (each lab's own Ansible fact cache)
+from vlab.inventory import api_key_path, fact_cache  # noqa: E402  (each lab's own Ansible fact cache)
 from vlab.machines import SSH_OPTIONS  # noqa: E402  (the options lab/lab itself uses)
 
 
@@ -98,6 +99,11 @@ class Lab:
     @property
     def inventory(self) -> Path:
         return Path(self.record["spec"]["inventory_dir"])
+
+    @property
+    def api_key(self) -> str:
+        """The vLLM API key `lab up` wrote for this lab (inventories/lab/group_vars reads the same file)."""
+        return api_key_path(self.inventory).read_text().strip()
 
     @property
     def key(self) -> Path:
