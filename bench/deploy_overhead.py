@@ -46,7 +46,7 @@ MODEL = REPO / ".cache" / "models" / "tiny-llama"
 OUT = REPO / "results" / "bench" / "deploy_overhead.json"
 sys.path.insert(0, str(REPO / "lab"))
 
-from vlab.inventory import fact_cache  # noqa: E402  (each lab's own Ansible fact cache)
+from vlab.inventory import api_key_path, fact_cache  # noqa: E402  (each lab's own Ansible fact cache)
 from vlab.machines import SSH_OPTIONS  # noqa: E402  (the options lab/lab itself uses)
 
 VENV = "/opt/vllm-cluster/venv"
@@ -127,13 +127,17 @@ class Bench:
     def completion_ok(self, node: str) -> bool:
         body = json.dumps({"model": "/srv/models/tiny-llama", "prompt": "The quick brown fox", "max_tokens": 4,
                            "temperature": 0, "ignore_eos": True}).encode()
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key()}"}
         request = urllib.request.Request(f"http://{self.address(node)}:8000/v1/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
+                                         headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return json.loads(response.read())["usage"]["completion_tokens"] == 4
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError, KeyError):
             return False
+
+    def api_key(self) -> str:
+        return api_key_path(self.inventory).read_text().strip()
 
     def wait_first_completion(self, node: str, started: float, process: subprocess.Popen | None = None) -> float:
         while time.monotonic() - started < START_TIMEOUT_S:

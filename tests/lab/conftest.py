@@ -34,7 +34,7 @@ per run, which is most of CI's time. Its name is $VLLM_CLUSTER_SHARED_LAB (defau
 that uses it starts with the deployment it needs (deploy.yml is idempotent) and puts
 back anything it breaks (hardware, units, firewall) before it ends.
 
-The lab is brought down even when tests fail, and teardown fails the module when
+The lab is brought down even when tests fail (VLLM_CLUSTER_KEEP_LAB=1 keeps it, for iteration), and teardown fails the module when
 `lab down` reports leftovers. Needs root and the host packages of scripts/bootstrap;
 without them the tests FAIL with the reason (they are never skipped).
 """
@@ -180,7 +180,8 @@ def lab_session(name: str, nodes: int = 3) -> Iterator[Lab]:
         lab.up()
         yield lab
     finally:
-        lab.down()
+        if os.environ.get("VLLM_CLUSTER_KEEP_LAB") != "1":  # a developer's iteration keeps the installed lab
+            lab.down()
 
 
 def default_lab_name(module_path: str) -> str:
@@ -193,6 +194,22 @@ def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
     name = getattr(module, "LAB_NAME", None) or default_lab_name(str(Path(module.__file__).relative_to(REPO)))
     with lab_session(name, getattr(module, "LAB_NODES", 3)) as handle:
         yield handle
+
+
+# The lab modules' order in a run: the own-lab modules first, then the shared lab's
+# users, from the module that installs and deploys to Molecule, whose destroy ends it.
+MODULE_ORDER = ("test_lab.py", "test_faults_preflight_network.py", "test_deploy.py", "test_benchmark.py",
+                "test_doctor.py", "test_hardening.py", "test_runtime_ray.py", "test_molecule.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        path = Path(str(item.fspath))
+        if path.parent != Path(__file__).parent:
+            return (0, 0)
+        name = path.name
+        return (1, MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER) - 1)
+    items.sort(key=rank)  # stable: the order inside a module stays
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """benchmark.yml end to end on the lab: the seed's baseline, a TP=2 stage and a 2-node stage, then the report.
 
 One 2-node lab; each layout is deployed in turn (deploy.yml, re-planned with -e),
-then benchmarked with the small lab profile (tests/fixtures/bench/lab-profile.yml):
+then benchmarked with the lab's load profile (inventories/lab/group_vars):
 
 1. TP=1 on node 1, recorded as the baseline (the single-GPU anchor; the first
    deploy also installs the runtime);
@@ -26,13 +26,11 @@ import yaml
 # Three vLLM start-ups and three bench runs: 37 minutes measured on the 2-core machine shared with four other
 # labs; the bound covers the module's first test, which builds every stage.
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
-LAB_NODES = 2
-LAB_NAME = "tbench"
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / ".cache" / "models" / "tiny-llama"
 RUNTIME_PYTHON = REPO / ".venv-runtime" / "bin" / "python"
-LAB_PROFILE = REPO / "tests" / "fixtures" / "bench" / "lab-profile.yml"
+LAB_PROFILE = REPO / "inventories" / "lab" / "group_vars" / "vllm_nodes.yml"  # vllm_benchmark_profile
 DEPLOYMENT = "lab-tiny-llama"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -41,6 +39,12 @@ ONE_NODE_TP2 = ["-e", json.dumps({"vllm_cluster_gpus": {"count": 2, "name": "cpu
                                                         "nvlink": False}})]
 TWO_NODE_TP2: list[str] = []  # inventories/lab/group_vars: 2-node mp TP=2
 STAGES = (("tp1", TP1), ("tp2", ONE_NODE_TP2), ("tp2-2nodes", TWO_NODE_TP2))
+
+
+@pytest.fixture(scope="module")
+def lab(shared_lab):
+    """The run's one deployed lab (tests/lab/conftest.py: shared_lab)."""
+    return shared_lab
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +64,8 @@ def results_root(tmp_path_factory):
 
 
 def bench(lab, results_root, *args, check=True):
-    return lab.ansible_playbook("playbooks/benchmark.yml", "-e", f"@{LAB_PROFILE}",
-                                "-e", f"vllm_benchmark_results_dir={results_root}", *args, check=check, timeout=900)
+    return lab.ansible_playbook("playbooks/benchmark.yml", "-e", f"vllm_benchmark_results_dir={results_root}", *args,
+                                check=check, timeout=900)
 
 
 @pytest.fixture(scope="module")

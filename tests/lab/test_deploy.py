@@ -29,8 +29,6 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.vllm_unit import 
 
 # The first test installs the runtime on three nodes (minutes on 2 cores) before its deploy.
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(5400)]
-LAB_NODES = 3
-LAB_NAME = "tdeploy"
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / ".cache" / "models" / "tiny-llama"
@@ -44,6 +42,12 @@ ONE_NODE_TP2 = ["-e", json.dumps({"vllm_cluster_gpus": {"count": 2, "name": "cpu
 PP2 = ["-e", json.dumps({"vllm_cluster_tp": 1, "vllm_cluster_pp": 2})]
 DENSE_DP2 = ["-e", json.dumps({"vllm_cluster_tp": 1, "vllm_cluster_dp": 2})]
 VLLM_AND_VERIFY = ["--tags", "vllm,verify"]
+
+
+@pytest.fixture(scope="module")
+def lab(shared_lab):
+    """The run's one deployed lab (tests/lab/conftest.py: shared_lab)."""
+    return shared_lab
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:
@@ -76,7 +80,8 @@ def complete(lab, node: str) -> dict:
     body = json.dumps({"model": "/srv/models/tiny-llama", "prompt": "The quick brown fox", "max_tokens": 4,
                        "temperature": 0, "ignore_eos": True}).encode()
     request = urllib.request.Request(f"http://{lab.management_address(node)}:8000/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {lab.api_key}"})
     with urllib.request.urlopen(request, timeout=60) as response:
         return json.loads(response.read())
 

@@ -1,10 +1,11 @@
-"""`molecule test --all` on the shared lab, exactly as molecule/README.md tells an operator to run it.
+"""`molecule test --all` on the lab, exactly as molecule/README.md tells an operator to run it.
 
 The `default` scenario brings the lab up (`lab up`) before every role scenario
 and down (`lab down`) after them (shared_state). This test adds only a safety
 net: whatever Molecule does, the lab is brought down at the end and nothing
-may remain. The lab is `vlab` with its inventory in inventories/lab, as in CI;
-VLLM_LAB_NAME / VLLM_LAB_INVENTORY_DIR in the environment select another one.
+may remain. It runs on the run's shared lab (tests/lab/conftest.py), last of
+the lab modules: the runtime the deploy tests installed makes the vllm_runtime
+and ray_cluster scenarios converge fast, and Molecule's destroy ends that lab.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".venv" / "bin"
 MOLECULE_TIMEOUT_S = 2400  # every scenario, with the runtime install of the vllm_runtime scenario
-OWN_SCENARIOS = ("default", "gpu_preflight", "nccl_network")
+OWN_SCENARIOS = ("default", "gpu_preflight", "nccl_network", "vllm_runtime", "ray_cluster")
 
 
 def scenario_recap(output: str) -> dict[str, dict[str, int]]:
@@ -33,13 +34,14 @@ def scenario_recap(output: str) -> dict[str, dict[str, int]]:
 
 
 @pytest.mark.timeout(MOLECULE_TIMEOUT_S + 600)
-def test_molecule_test_all_on_the_lab(tmp_path):
-    if os.geteuid() != 0:
-        pytest.fail("Molecule's create step runs `lab up`, which needs root")
-    lab_name = os.environ.get("VLLM_LAB_NAME", "vlab")
+def test_molecule_test_all_on_the_lab(tmp_path, shared_lab):
+    lab_name = shared_lab.name
     # A fresh state directory: a stale "created" from an interrupted run would make Molecule skip `lab up`.
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", NO_COLOR="1",
-               MOLECULE_EPHEMERAL_DIRECTORY=str(tmp_path / "molecule"))
+               MOLECULE_EPHEMERAL_DIRECTORY=str(tmp_path / "molecule"), VLLM_LAB_NAME=lab_name,
+               VLLM_LAB_NODES=str(shared_lab.node_count),
+               VLLM_LAB_INVENTORY_DIR=str(shared_lab.inventory.relative_to(REPO)),
+               ANSIBLE_CACHE_PLUGIN_CONNECTION=shared_lab.ansible_env()["ANSIBLE_CACHE_PLUGIN_CONNECTION"])
     try:
         proc = subprocess.run([str(BIN / "molecule"), "-c", "molecule/config.yml", "test", "--all"], cwd=REPO,
                               env=env, capture_output=True, text=True, timeout=MOLECULE_TIMEOUT_S, check=False)

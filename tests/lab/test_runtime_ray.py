@@ -26,8 +26,6 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.ray_state import 
 )
 
 pytestmark = pytest.mark.lab
-LAB_NAME = "tray"
-LAB_NODES = 3
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME_PYTHON = REPO / ".venv-runtime" / "bin" / "python"
@@ -35,6 +33,12 @@ MODEL = REPO / ".cache" / "models" / "tiny-llama"  # where inventories/lab/group
 RAY = "/opt/vllm-cluster/venv/bin/ray"
 LAB_RAY_VARS = ("-e", "ray_cluster_object_store_memory=500000000")
 GPUS_PER_NODE = 2  # the lab's replayed nvidia-smi (gpu/h200x2)
+
+
+@pytest.fixture(scope="module")
+def lab(shared_lab):
+    """The run's one deployed lab (tests/lab/conftest.py: shared_lab)."""
+    return shared_lab
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:
@@ -99,8 +103,8 @@ def test_live_ray_outputs_through_the_parsers(cluster):
 
     head = cluster.fabric_address("node1")
     status = parse_status(cluster.ssh("node1", f"cd / && {RAY} status --address {head}:6379").stdout)
-    assert status["node_count"] == LAB_NODES
-    assert status["usage"]["GPU"]["total"] == float(GPUS_PER_NODE * LAB_NODES)
+    assert status["node_count"] == len(cluster.nodes)
+    assert status["usage"]["GPU"]["total"] == float(GPUS_PER_NODE * len(cluster.nodes))
     verbose = parse_status(cluster.ssh("node1", f"cd / && {RAY} status -v --address {head}:6379").stdout)
     # Ray 2.60's per-node blocks name nodes by id: "Node: <id> (node_<id>)".
     assert sorted(block["node"] for block in verbose["per_node"]) == sorted(n["node_id"] for n in nodes)
