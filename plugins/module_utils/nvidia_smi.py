@@ -1042,7 +1042,8 @@ def summarize_gpus(parsed_xml: dict, topo: dict | None = None, nvlink_status: di
     """The ``vllm_gpu`` facts: what the planner, preflight and doctor read.
 
     Top-level keys: present, count, attached_gpus, name, names, homogeneous,
-    memory_total_mib (the smallest GPU), memory_total_gib, driver_version,
+    memory_total_mib (the smallest GPU), memory_total_gib, memory_cuda_total_mib
+    (FB total minus the driver reserve: the total CUDA and vLLM see), driver_version,
     cuda_version, compute_capability (the lowest), architecture,
     persistence_mode (all enabled), mig_mode (any GPU in MIG mode),
     mig_pending_change, ecc_uncorrectable_volatile, ecc_uncorrectable_aggregate,
@@ -1068,6 +1069,9 @@ def summarize_gpus(parsed_xml: dict, topo: dict | None = None, nvlink_status: di
     if not homogeneous:
         warnings.append(f"GPUs of different models on one host: {', '.join(names)}")
     memories = [gpu["memory_total_mib"] for gpu in gpus if gpu.get("memory_total_mib") is not None]
+    # What CUDA reports as total (cudaMemGetInfo): FB total minus the driver's reserve.
+    cuda_totals = [gpu["memory_total_mib"] - (gpu.get("memory_reserved_mib") or 0)
+                   for gpu in gpus if gpu.get("memory_total_mib") is not None]
     capabilities = [gpu["compute_capability"] for gpu in gpus if gpu.get("compute_capability")]
 
     if topo:
@@ -1151,6 +1155,7 @@ def summarize_gpus(parsed_xml: dict, topo: dict | None = None, nvlink_status: di
         "homogeneous": homogeneous,
         "memory_total_mib": min(memories) if memories else None,
         "memory_total_gib": round(min(memories) / 1024, 2) if memories else None,
+        "memory_cuda_total_mib": min(cuda_totals) if cuda_totals else None,
         "driver_version": parsed_xml.get("driver_version"),
         "cuda_version": parsed_xml.get("cuda_version"),
         "compute_capability": min(capabilities, key=_capability_key) if capabilities else None,

@@ -204,6 +204,10 @@ def _check_cluster(cluster):
         if not isinstance(gpus["name"], str) or not gpus["name"].strip():
             raise PlanError(f"node {name}: gpus.name must be a non-empty string, got {gpus['name']!r}")
         memory = _positive(gpus["memory_total_mib"], f"node {name}: gpus.memory_total_mib")
+        # vLLM budgets gpu_memory_utilization x the total CUDA reports, which is nvidia-smi's FB total
+        # minus the driver's reserve (gpu_facts: memory_cuda_total_mib; 616 MiB on an H200).
+        if gpus.get("memory_cuda_total_mib") is not None:
+            memory = _positive(gpus["memory_cuda_total_mib"], f"node {name}: gpus.memory_cuda_total_mib")
         nvlink = _bool(gpus["nvlink"], f"node {name}: gpus.nvlink")
         interface = node.get("fabric_interface")
         hcas = node.get("ib_hcas")

@@ -109,6 +109,12 @@ ansible_facts:
           description: Memory of the smallest GPU, MiB.
           type: int
           sample: 143771
+        memory_cuda_total_mib:
+          description:
+            - The total CUDA reports for the smallest GPU (FB total minus the driver's reserve), MiB.
+            - vLLM budgets C(gpu_memory_utilization) times this; the planner uses it when present.
+          type: int
+          sample: 143155
         driver_version:
           description: NVIDIA driver version.
           type: str

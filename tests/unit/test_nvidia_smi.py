@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -48,6 +49,8 @@ XML_EXPECTED = {
     # file: (schema, driver, cuda, attached, described, name, memory MiB, capability, persistence, mig, processes)
     "h200x2/nvidia-smi-q.xml": ("nvsmi_device_v13.dtd", "580.159.04", "13.0", 2, 2, "NVIDIA H200", 143771, "9.0",
                                 True, False, 0),
+    "h200x2-plan-fit/nvidia-smi-q-x.xml": ("nvsmi_device_v13.dtd", "580.159.04", "13.0", 2, 2, "NVIDIA H200",
+                                           143771, "9.0", True, False, 0),
     "h200x2-load/nvidia-smi-q-idle.xml": ("nvsmi_device_v13.dtd", "580.159.04", "13.0", 2, 2, "NVIDIA H200", 143771,
                                           "9.0", True, False, 0),
     "h200x2-load/nvidia-smi-q-load.xml": ("nvsmi_device_v13.dtd", "580.159.04", "13.0", 2, 2, "NVIDIA H200", 143771,
@@ -630,3 +633,16 @@ def test_h200_capture_environment_lists_the_device_nodes_gpu_facts_looks_for():
     env = read(H200 / "env.txt")
     assert "nvidia-smi: /usr/local/nvidia/bin/nvidia-smi" in env
     assert "ibstat: \n" in env
+
+
+# --- the total CUDA sees (measured on 2x H200 by bench/gpu/plan_fit.py) ------------------------------------------
+
+
+def test_cuda_total_is_fb_total_minus_the_driver_reserve_as_measured_on_h200():
+    fit = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "h200x2-plan-fit"
+    facts = nvidia_smi.summarize_gpus(nvidia_smi.parse_query_xml((fit / "nvidia-smi-q-x.xml").read_text()))
+    measured = json.loads((fit / "plan_fit-after.json").read_text())
+    assert facts["memory_total_mib"] == 143771
+    assert facts["memory_cuda_total_mib"] == 143771 - 616
+    # cudaMemGetInfo's total on that machine (GiB, 3 decimals): the same within 2 MiB
+    assert abs(facts["memory_cuda_total_mib"] / 1024 - measured["per_gpu"][0]["total_gib"]) < 2 / 1024

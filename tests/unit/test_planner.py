@@ -770,3 +770,19 @@ def test_worked_example_of_docs_planner_md():
     for fragment in facts:
         assert fragment in docs, fragment
     assert " ".join(plan["nodes"][0]["argv"][3:]) in docs.replace(" \\\n    ", " ")
+
+
+def test_the_planner_budgets_on_the_total_cuda_reports_when_the_facts_carry_it():
+    """vLLM takes gpu_memory_utilization x cudaMemGetInfo's total; nvidia-smi's FB total is 616 MiB more on H200."""
+    fb = {"count": 2, "name": "NVIDIA H200", "memory_total_mib": 143771, "nvlink": True}
+    node = {"name": "gpu-host", "address": "10.0.0.1"}
+    plain = build_plan("llama-3.1-70b", [dict(node, gpus=fb)], {"max_model_len": 32768})
+    cuda = build_plan("llama-3.1-70b", [dict(node, gpus=dict(fb, memory_cuda_total_mib=143155))],
+                      {"max_model_len": 32768})
+    assert plain["tp"] == cuda["tp"] == 2
+    assert cuda["cluster"]["gpu_memory_gib"] < plain["cluster"]["gpu_memory_gib"]
+    weights, kv = cuda["memory"]["weights_gib_per_gpu"], cuda["memory"]["kv_cache_gib_per_gpu"]
+    reserve = cuda["memory"]["inputs"]["reserve_gib"]["total_gib"]
+    # within vLLM's limit on the measured machine: 0.92 x 139.80 GiB
+    assert weights + kv + reserve <= 0.92 * 143155 / 1024 + 0.011
+    assert cuda["memory"]["kv_cache_tokens"] < plain["memory"]["kv_cache_tokens"]
