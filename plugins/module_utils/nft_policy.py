@@ -1,0 +1,233 @@
+"""The node firewall: one nftables table that keeps the deployment's internal ports to its own nodes.
+
+Pure Python (no ansible import); the node_firewall module and role use it.
+
+The table only restricts what the project opens, it never becomes a default-deny
+firewall: its chain has policy accept, so SSH and the operator's own services are
+left alone. Inside it, in this order:
+
+1. replies to connections the node opened (conntrack) and loopback pass;
+2. the public API port passes from the configured CIDRs and from the cluster's
+   nodes, and is dropped for everyone else;
+3. every packet from a cluster node passes (NCCL, Gloo and vLLM's ZMQ/DP traffic
+   also use ephemeral ports that no plan can list);
+4. the protected ports (the plan's master/dp_rpc ports, every Ray port and the
+   ephemeral range) are dropped for everyone else.
+
+"The cluster's own nodes" (scope): `deployment` (the default) is every host the
+plan was made for, plan['cluster']['nodes'] (the hosts of vllm_nodes, with their
+fabric addresses): the network stage proves all-pairs reachability between them
+and a re-plan may put any of them to work. `plan` is only the nodes that run
+ranks, plan['nodes'] (tighter; a host of vllm_nodes that the plan leaves out,
+the lab's node3, is then outside like the controller).
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+
+TABLE_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+# Linux's default net.ipv4.ip_local_port_range: where Gloo, NCCL's bootstrap and
+# vLLM's ZMQ sockets bind when they ask the kernel for a free port.
+DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
+# Ray's own ports when the plan has none (backend mp): a Ray cluster started by
+# hand on these nodes is still kept inside. Same defaults as the planner's.
+RAY_DEFAULT_PORTS = {
+    "ray_gcs": 6379,
+    "ray_dashboard": 8265,
+    "ray_client": 10001,
+    "ray_node_manager": 6380,
+    "ray_object_manager": 6381,
+    "ray_runtime_env_agent": 6382,
+    "ray_dashboard_agent_grpc": 6383,
+    "ray_dashboard_agent_listen": 52365,
+    "ray_metrics_export": 6384,
+    "ray_min_worker": 10002,
+    "ray_max_worker": 10999,
+}
+
+
+class FirewallError(ValueError):
+    """An input the policy cannot be built from; the message names the value."""
+
+
+def _port(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise FirewallError(f"port {name}={value!r}: expected a whole number 1-65535")
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise FirewallError(f"port {name}={value!r}: expected a whole number 1-65535") from exc
+    if not 1 <= number <= 65535:
+        raise FirewallError(f"port {name}={number}: expected 1-65535")
+    return number
+
+
+def merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sort port spans and merge overlapping or adjacent ones (nftables refuses overlapping set elements)."""
+    merged: list[tuple[int, int]] = []
+    for low, high in sorted(spans):
+        if low > high:
+            raise FirewallError(f"port range {low}-{high}: the first port must not exceed the last")
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    return merged
+
+
+def protected_spans(ports: dict, *, api_port: int, include_ray_defaults: bool = True,
+                    ephemeral_range: tuple[int, int] | None = DEFAULT_EPHEMERAL_RANGE,
+                    extra_ports: list | None = None) -> list[tuple[int, int]]:
+    """The port spans only cluster nodes may reach: every plan port but the API, Ray's, the ephemeral range."""
+    named = dict(RAY_DEFAULT_PORTS) if include_ray_defaults else {}
+    named.update(ports or {})
+    spans: list[tuple[int, int]] = []
+    low = named.pop("ray_min_worker", None)
+    high = named.pop("ray_max_worker", None)
+    if (low is None) != (high is None):
+        raise FirewallError("ports ray_min_worker and ray_max_worker: expected both or neither")
+    if low is not None:
+        spans.append((_port("ray_min_worker", low), _port("ray_max_worker", high)))
+    for name, value in named.items():
+        number = _port(name, value)
+        if number != api_port:
+            spans.append((number, number))
+    if ephemeral_range:
+        first, last = ephemeral_range
+        spans.append((_port("ephemeral range start", first), _port("ephemeral range end", last)))
+    for index, value in enumerate(extra_ports or []):
+        text = str(value)
+        if "-" in text:
+            first, _, last = text.partition("-")
+            spans.append((_port(f"extra port {index}", first.strip()), _port(f"extra port {index}", last.strip())))
+        else:
+            number = _port(f"extra port {index}", text)
+            spans.append((number, number))
+    merged = merge_spans(spans)
+    if any(first <= api_port <= last for first, last in merged):
+        raise FirewallError(
+            f"the API port {api_port} falls inside a protected port range "
+            f"({', '.join(_span_text(s) for s in merged)}): move the API port or the range")
+    return merged
+
+
+def split_networks(values: list, what: str) -> tuple[list[str], list[str]]:
+    """Addresses or CIDRs -> (IPv4, IPv6) lists of normalised networks; a bad value names itself."""
+    v4: list[str] = []
+    v6: list[str] = []
+    for value in values or []:
+        try:
+            network = ipaddress.ip_network(str(value).strip(), strict=False)
+        except ValueError as exc:
+            raise FirewallError(f"{what}: {value!r} is not an IP address or CIDR") from exc
+        text = str(network.network_address) if network.num_addresses == 1 else str(network)
+        target = v4 if network.version == 4 else v6
+        if text not in target:
+            target.append(text)
+    return v4, v6
+
+
+def _span_text(span: tuple[int, int]) -> str:
+    return str(span[0]) if span[0] == span[1] else f"{span[0]}-{span[1]}"
+
+
+def _set(name: str, kind: str, elements: list[str]) -> list[str]:
+    lines = [f"  set {name} {{", f"    type {kind}", "    flags interval"]
+    if elements:
+        lines.append(f"    elements = {{ {', '.join(elements)} }}")
+    lines.append("  }")
+    return lines
+
+
+def render_ruleset(*, table: str, cluster_addresses: list, api_port: int, api_cidrs: list,
+                   protected: list[tuple[int, int]], comment: str = "") -> str:
+    """The nftables script: replaces the whole table atomically when loaded with `nft -f`."""
+    if not TABLE_NAME_RE.match(table or ""):
+        raise FirewallError(f"table name {table!r}: expected a letter then up to 31 letters, digits or _")
+    api_port = _port("api", api_port)
+    cluster_v4, cluster_v6 = split_networks(cluster_addresses, "cluster node address")
+    if not cluster_v4 and not cluster_v6:
+        raise FirewallError("cluster node addresses: none given; expected the plan's node addresses")
+    api_v4, api_v6 = split_networks(api_cidrs, "API CIDR")
+    if not protected:
+        raise FirewallError("protected ports: none given")
+    lines = [f"# {line}" for line in comment.splitlines()] if comment else []
+    # Declaring then deleting the table makes the load idempotent and atomic (one transaction).
+    lines += [f"table inet {table}", f"delete table inet {table}", f"table inet {table} {{"]
+    lines += _set("cluster_v4", "ipv4_addr", cluster_v4)
+    lines += _set("cluster_v6", "ipv6_addr", cluster_v6)
+    lines += _set("api_v4", "ipv4_addr", api_v4)
+    lines += _set("api_v6", "ipv6_addr", api_v6)
+    ports = ", ".join(_span_text(span) for span in protected)
+    lines += [
+        "  chain input {",
+        "    type filter hook input priority filter - 10; policy accept;",
+        "    ct state established,related accept",
+        '    iif "lo" accept',
+        f"    tcp dport {api_port} ip saddr @api_v4 accept",
+        f"    tcp dport {api_port} ip6 saddr @api_v6 accept",
+        f"    tcp dport {api_port} ip saddr @cluster_v4 accept",
+        f"    tcp dport {api_port} ip6 saddr @cluster_v6 accept",
+        f'    tcp dport {api_port} counter drop comment "vLLM API from outside the allowed CIDRs"',
+        "    ip saddr @cluster_v4 accept",
+        "    ip6 saddr @cluster_v6 accept",
+        f'    tcp dport {{ {ports} }} counter drop comment "cluster-internal ports from outside the cluster"',
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+SCOPES = ("deployment", "plan")
+
+
+def cluster_nodes(plan: dict, scope: str) -> list[dict]:
+    """[{name, address}] of the cluster's own nodes for a scope (see the module docstring)."""
+    if scope == "plan":
+        return [{"name": node["host"], "address": node["address"]} for node in plan["nodes"]]
+    if scope == "deployment":
+        nodes = (plan.get("cluster") or {}).get("nodes") or []
+        if not nodes:
+            raise FirewallError("plan cluster.nodes: empty; expected every host of the deployment (scope deployment)")
+        return [{"name": node["name"], "address": node["address"]} for node in nodes]
+    raise FirewallError(f"scope {scope!r}: expected one of {', '.join(SCOPES)}")
+
+
+def build_policy(*, table: str, plan: dict, api_cidrs: list, scope: str = "deployment",
+                 include_ray_defaults: bool = True,
+                 ephemeral_range: list | tuple | None = DEFAULT_EPHEMERAL_RANGE,
+                 extra_protected_ports: list | None = None, extra_cluster_addresses: list | None = None) -> dict:
+    """From the plan: the ruleset text and the facts behind it (for the role's report and checks)."""
+    if not isinstance(plan, dict) or not plan.get("nodes") or "ports" not in plan:
+        raise FirewallError("plan: expected the deployment plan with nodes and ports (playbooks/plan.yml)")
+    ports = dict(plan["ports"])
+    if "api" not in ports:
+        raise FirewallError("plan ports: no api port")
+    api_port = _port("api", ports.pop("api"))
+    members = cluster_nodes(plan, scope)
+    addresses = [node["address"] for node in members] + list(extra_cluster_addresses or [])
+    ephemeral = None
+    if ephemeral_range:
+        if len(ephemeral_range) != 2:
+            raise FirewallError(f"ephemeral range {ephemeral_range!r}: expected [first, last]")
+        ephemeral = (_port("ephemeral range start", ephemeral_range[0]),
+                     _port("ephemeral range end", ephemeral_range[1]))
+    spans = protected_spans(ports, api_port=api_port, include_ray_defaults=include_ray_defaults,
+                            ephemeral_range=ephemeral, extra_ports=extra_protected_ports)
+    hosts = ", ".join(f"{node['name']} {node['address']}" for node in members)
+    ruleset = render_ruleset(
+        table=table, cluster_addresses=addresses, api_port=api_port, api_cidrs=api_cidrs, protected=spans,
+        comment=(f"vllm-cluster firewall of deployment {plan.get('deployment', '?')} (managed; edits are lost).\n"
+                 f"Cluster nodes (scope {scope}): {hosts}."))
+    cluster_v4, cluster_v6 = split_networks(addresses, "cluster node address")
+    return {
+        "ruleset": ruleset,
+        "table": table,
+        "scope": scope,
+        "cluster_nodes": members,
+        "api_port": api_port,
+        "api_cidrs": api_cidrs,
+        "cluster_addresses": cluster_v4 + cluster_v6,
+        "protected_ports": [_span_text(span) for span in spans],
+    }

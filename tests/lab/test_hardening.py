@@ -1,0 +1,350 @@
+"""Issue 7 on the real lab: the API key, the firewall, no key anywhere, crash and reboot recovery, rollback.
+
+The shared 3-node lab (tests/lab/conftest.py `shared_lab`) in its default
+deployment: 2-node mp TP=2 on node1 (head) and node2, node3 in the inventory but
+idle. "Outside the cluster" is the lab host itself (the controller, on the
+management network) and, with node_firewall_cluster_scope=plan, node3.
+
+Order (one deploy.yml, state reused): the key (401/200), the firewall from
+outside and inside, a re-run that changes nothing (the unit's start time stays),
+SIGKILL of the head's vLLM, a reboot of the head's machine, then the bad change
+that must roll back. The bad change is `vllm_cluster_load_format=pt` (the model
+directory holds only safetensors, so every rank fails at weight loading): a
+max_model_len that does not fit never reaches the nodes, the planner refuses it
+(PlanError) before anything changes. Every test that breaks something puts it back; the module
+fixture's finalizer brings the default deployment back whatever happened, for the
+modules that run after this one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.lab
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "/srv/models/tiny-llama"
+MODEL_SOURCE = REPO / ".cache" / "models" / "tiny-llama"
+RUNTIME_PYTHON = REPO / ".venv-runtime" / "bin" / "python"
+API_PORT = 8000
+MASTER_PORT = 29501
+# Ports the firewall keeps inside: Ray's GCS, dashboard and client, one of the
+# Ray worker range and one of the ephemeral range (Gloo, ZMQ).
+PROTECTED_PROBES = (6379, 8265, 10001, 10500, 40000)
+# vLLM's start on the lab's two shared cores: the restart delay (10 s) plus a start.
+RECOVERY_TIMEOUT_S = 900
+
+
+@pytest.fixture(scope="module")
+def lab(shared_lab):
+    return shared_lab
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    """The lab inventory's model, built offline on the controller (as the other lab modules do)."""
+    if not (MODEL_SOURCE / "model.safetensors").exists():
+        proc = subprocess.run(
+            [str(RUNTIME_PYTHON), str(REPO / "lab" / "make_tiny_model.py"), "llama", str(MODEL_SOURCE), "--weights"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    return MODEL_SOURCE
+
+
+class Outputs:
+    """Everything Ansible printed in this module (the key must never be in it)."""
+
+    def __init__(self) -> None:
+        self.texts: list[tuple[str, str]] = []
+
+    def add(self, what: str, proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+        self.texts.append((what, proc.stdout + proc.stderr))
+        return proc
+
+
+@pytest.fixture(scope="module")
+def ansible_outputs():
+    return Outputs()
+
+
+@pytest.fixture(scope="module")
+def deployed(lab, tiny_model, ansible_outputs):
+    """deploy.yml once (the lab's default deployment); afterwards, whatever happened, the default is back."""
+    started = time.monotonic()
+    try:
+        ansible_outputs.add("deploy.yml", lab.ansible_playbook("deploy.yml", timeout=2400))
+        print(f"deploy.yml took {time.monotonic() - started:.0f} s")
+        yield lab
+    finally:
+        restored = time.monotonic()
+        restore_default_deployment(lab)
+        print(f"checking/restoring the default deployment took {time.monotonic() - restored:.0f} s; "
+              f"module total {time.monotonic() - started:.0f} s")
+
+
+def restore_default_deployment(lab) -> None:
+    """Power the nodes on, drop the probe listeners, and redeploy unless the default deployment answers already."""
+    status = lab.status()
+    for node in status.get("nodes", []):
+        if node.get("state") != "running":
+            lab.node(node["node"], "start")
+    for node in lab.nodes:
+        lab.ssh(node, "systemctl stop hardening-probe-listener 2>/dev/null; systemctl reset-failed "
+                      "hardening-probe-listener 2>/dev/null; true", check=False)
+    healthy = (firewall_scope(lab, "node1") == "deployment" and served_max_model_len(lab) == 512
+               and all(unit_property(lab, node, "ActiveState") == "active" for node in ("node1", "node2")))
+    if not healthy:
+        lab.ansible_playbook("deploy.yml", timeout=2400)
+
+
+# --- helpers ------------------------------------------------------------------------------------------------------
+def api_url(lab, path: str, node: str = "node1") -> str:
+    return f"http://{lab.management_address(node)}:{API_PORT}{path}"
+
+
+def http(url: str, key: str | None = None, body: dict | None = None, timeout: float = 600) -> tuple[int, dict]:
+    """(status, JSON body) of one request from the controller; the key only in the Authorization header."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET")
+    request.add_header("Content-Type", "application/json")
+    if key is not None:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            text = answer.read().decode()
+            return answer.status, json.loads(text) if text.strip().startswith(("{", "[")) else {}
+    except urllib.error.HTTPError as error:
+        text = error.read().decode()
+        return error.code, json.loads(text) if text.strip().startswith("{") else {"text": text}
+
+
+def served_max_model_len(lab) -> int | None:
+    try:
+        status, models = http(api_url(lab, "/v1/models"), key=lab.api_key, timeout=10)
+    except OSError:
+        return None
+    return models["data"][0]["max_model_len"] if status == 200 else None
+
+
+def completion(lab, key: str | None) -> tuple[int, dict]:
+    return http(api_url(lab, "/v1/completions"), key=key,
+                body={"model": MODEL, "prompt": "The quick brown fox", "max_tokens": 4, "temperature": 0,
+                      "ignore_eos": True})
+
+
+def connect(address: str, port: int, timeout: float = 3.0) -> str:
+    """'open', 'refused' or 'dropped' (no answer: a firewall drop) for one TCP connect from the controller."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except TimeoutError:
+        return "dropped"
+
+
+def connect_from(lab, node: str, address: str, ports: tuple[int, ...]) -> dict[int, str]:
+    """The same verdicts for connects made from inside a lab node (its own network namespace)."""
+    script = (
+        "import socket,sys,json\n"
+        "out={}\n"
+        "for p in map(int,sys.argv[2:]):\n"
+        "    s=socket.socket(); s.settimeout(3)\n"
+        "    try:\n"
+        "        s.connect((sys.argv[1],p)); out[p]='open'\n"
+        "    except ConnectionRefusedError: out[p]='refused'\n"
+        "    except (TimeoutError, socket.timeout): out[p]='dropped'\n"
+        "    finally: s.close()\n"
+        "print(json.dumps(out))\n")
+    proc = lab.ssh(node, f"python3 -c {quote(script)} {address} {' '.join(map(str, ports))}", timeout=120)
+    return {int(port): verdict for port, verdict in json.loads(proc.stdout).items()}
+
+
+def quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def start_listener(lab, node: str, ports: tuple[int, ...], seconds: int = 300) -> None:
+    """A bounded listener on the protected ports (a transient unit, so nothing outlives the module)."""
+    script = ("import socket,time,sys\n"
+              "socks=[]\n"
+              "for p in map(int,sys.argv[1:]):\n"
+              "    s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+              "    s.bind(('0.0.0.0',p)); s.listen(16); socks.append(s)\n"
+              "time.sleep(10**6)\n")
+    lab.ssh(node, "systemctl stop hardening-probe-listener 2>/dev/null; systemctl reset-failed "
+                  "hardening-probe-listener 2>/dev/null; "
+                  f"systemd-run --unit hardening-probe-listener -p RuntimeMaxSec={seconds} "
+                  f"python3 -c {quote(script)} {' '.join(map(str, ports))}")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        listening = lab.ssh(node, "ss -H -ltn", check=False).stdout
+        if all(re.search(rf":{port}\s", listening) for port in ports):
+            return
+        time.sleep(1)
+    raise AssertionError(f"{node}: the probe listener did not open {ports}")
+
+
+def stop_listener(lab, node: str) -> None:
+    lab.ssh(node, "systemctl stop hardening-probe-listener 2>/dev/null; true", check=False)
+
+
+def unit_property(lab, node: str, prop: str, unit: str = "vllm.service") -> str:
+    return lab.ssh(node, f"systemctl show -P {prop} {unit}", check=False).stdout.strip()
+
+
+def firewall_scope(lab, node: str) -> str:
+    text = lab.ssh(node, "head -n 3 /etc/vllm-cluster/firewall.nft", check=False).stdout
+    found = re.search(r"Cluster nodes \(scope (\w+)\)", text)
+    return found.group(1) if found else "none"
+
+
+def wait_healthy(lab, timeout_s: float) -> float:
+    """Seconds until /health answers and a keyed completion returns 4 tokens; fails after timeout_s."""
+    started = time.monotonic()
+    last = "no answer"
+    while time.monotonic() - started < timeout_s:
+        try:
+            status, _ = http(api_url(lab, "/health"), timeout=5)
+            if status == 200:
+                status, answer = completion(lab, lab.api_key)
+                if status == 200 and answer["usage"]["completion_tokens"] == 4:
+                    return time.monotonic() - started
+                last = f"completion {status} {answer}"
+            else:
+                last = f"/health {status}"
+        except OSError as error:
+            last = str(error)
+        time.sleep(5)
+    raise AssertionError(f"vLLM did not answer healthy within {timeout_s:.0f} s (last: {last})")
+
+
+# --- tests --------------------------------------------------------------------------------------------------------
+def test_api_requires_the_key(deployed):
+    lab = deployed
+    assert http(api_url(lab, "/health"), timeout=10)[0] == 200
+    status, body = http(api_url(lab, "/v1/models"), timeout=10)
+    assert status == 401, body
+    status, _ = http(api_url(lab, "/v1/models"), key="not-the-key", timeout=10)
+    assert status == 401
+    status, models = http(api_url(lab, "/v1/models"), key=lab.api_key, timeout=10)
+    assert status == 200
+    assert models["data"][0]["id"] == MODEL
+    assert completion(lab, None)[0] == 401
+    status, answer = completion(lab, lab.api_key)
+    assert status == 200
+    assert answer["usage"]["completion_tokens"] == 4
+    # Only the API node holds the key, in a root-only file; the unit itself never names it.
+    assert lab.ssh("node1", "stat -c '%a %U' /etc/vllm-cluster/api-key.env").stdout.split() == ["600", "root"]
+    assert lab.ssh("node2", "test -e /etc/vllm-cluster/api-key.env", check=False).returncode == 1
+    assert lab.api_key not in lab.ssh("node1", "systemctl cat vllm.service").stdout
+
+
+def test_internal_ports_only_from_the_cluster_api_from_outside(deployed):
+    lab = deployed
+    head_mgmt, head_fabric = lab.management_address("node1"), lab.fabric_address("node1")
+    start_listener(lab, "node1", PROTECTED_PROBES)
+    try:
+        # From the controller (outside): every protected port and vLLM's rendezvous are dropped, the API answers.
+        outside = {port: connect(head_mgmt, port) for port in (*PROTECTED_PROBES, MASTER_PORT)}
+        assert outside == dict.fromkeys((*PROTECTED_PROBES, MASTER_PORT), "dropped")
+        assert connect(head_mgmt, API_PORT) == "open"
+        # From node2 (a node of the plan) over the fabric: the same ports answer.
+        inside = connect_from(lab, "node2", head_fabric, (*PROTECTED_PROBES, API_PORT))
+        assert inside == dict.fromkeys((*PROTECTED_PROBES, API_PORT), "open")
+        # node3 is in the inventory but runs no rank: inside with the default scope (deployment) ...
+        assert connect_from(lab, "node3", head_fabric, PROTECTED_PROBES[:2]) == dict.fromkeys(PROTECTED_PROBES[:2],
+                                                                                              "open")
+        # ... outside with scope plan: internal ports dropped, the API still open.
+        lab.ansible_playbook("deploy.yml", "--tags", "firewall", "-e", "node_firewall_cluster_scope=plan")
+        assert firewall_scope(lab, "node1") == "plan"
+        from_node3 = connect_from(lab, "node3", head_fabric, (*PROTECTED_PROBES, API_PORT))
+        assert from_node3 == {**dict.fromkeys(PROTECTED_PROBES, "dropped"), API_PORT: "open"}
+        assert connect_from(lab, "node2", head_fabric, PROTECTED_PROBES) == dict.fromkeys(PROTECTED_PROBES, "open")
+        # The drops were counted by the project's table.
+        counters = lab.ssh("node1", "nft list table inet vllm_cluster").stdout
+        assert re.search(r"counter packets [1-9]\d* bytes \d+ drop comment \"cluster-internal", counters), counters
+    finally:
+        stop_listener(lab, "node1")
+        lab.ansible_playbook("deploy.yml", "--tags", "firewall")
+    assert firewall_scope(lab, "node1") == "deployment"
+
+
+def test_rerun_without_change_keeps_the_service_running(deployed, ansible_outputs):
+    lab = deployed
+    before = {node: unit_property(lab, node, "ActiveEnterTimestampMonotonic") for node in ("node1", "node2")}
+    proc = ansible_outputs.add("second deploy.yml", lab.ansible_playbook("deploy.yml", timeout=2400))
+    recap = dict(re.findall(r"^(node\d)\s+: ok=\d+\s+changed=(\d+)", proc.stdout, re.MULTILINE))
+    assert recap == {"node1": "0", "node2": "0", "node3": "0"}, proc.stdout[-3000:]
+    after = {node: unit_property(lab, node, "ActiveEnterTimestampMonotonic") for node in ("node1", "node2")}
+    assert after == before
+
+
+def test_key_is_nowhere_in_ps_journal_or_ansible_output(deployed, ansible_outputs):
+    lab = deployed
+    key = lab.api_key
+    assert len(key) >= 16
+    for node in lab.nodes:
+        processes = lab.ssh(node, "ps -eww -o pid=,args=").stdout
+        assert "vllm" in processes or node == "node3"
+        assert key not in processes, f"{node}: the API key is in ps"
+        journal = lab.ssh(node, "journalctl --no-pager -o verbose", timeout=300).stdout
+        assert key not in journal, f"{node}: the API key is in the journal"
+    assert ansible_outputs.texts
+    for what, text in ansible_outputs.texts:
+        assert key not in text, f"the API key is in the output of {what}"
+
+
+def test_sigkill_brings_vllm_back_healthy(deployed):
+    lab = deployed
+    restarts = int(unit_property(lab, "node1", "NRestarts"))
+    main_pid = unit_property(lab, "node1", "MainPID")
+    assert main_pid.isdigit() and main_pid != "0"
+    lab.ssh("node1", f"kill -KILL {main_pid}")
+    took = wait_healthy(lab, RECOVERY_TIMEOUT_S)
+    print(f"SIGKILL of vLLM's main process: healthy again after {took:.0f} s")
+    assert int(unit_property(lab, "node1", "NRestarts")) > restarts
+    assert unit_property(lab, "node1", "MainPID") != main_pid
+    # The deployment is the planned one again (ranks on both nodes, KV as planned).
+    lab.ansible_playbook("deploy.yml", "--tags", "verify", timeout=1800)
+
+
+def test_reboot_of_the_head_machine_comes_back_verified(deployed):
+    lab = deployed
+    lab.node("node1", "poweroff")
+    lab.node("node1", "start")
+    took = wait_healthy(lab, RECOVERY_TIMEOUT_S)
+    print(f"node1 poweroff + start: healthy again after {took:.0f} s, without Ansible")
+    assert lab.ssh("node1", "systemctl is-active vllm-cluster-firewall.service").stdout.strip() == "active"
+    assert firewall_scope(lab, "node1") == "deployment"
+    assert connect(lab.management_address("node1"), MASTER_PORT) == "dropped"
+    lab.ansible_playbook("deploy.yml", "--tags", "verify", timeout=1800)
+
+
+def test_bad_change_fails_rolls_back_and_the_old_config_serves(deployed, ansible_outputs):
+    lab = deployed
+    # A plan the planner accepts but vLLM cannot start: the model directory holds no .pt weights.
+    bad = lab.ansible_playbook("deploy.yml", "--tags", "vllm", "-e", "vllm_cluster_load_format=pt",
+                               check=False, timeout=2400)
+    ansible_outputs.add("bad change", bad)
+    assert bad.returncode != 0
+    assert "ROLLED BACK" in bad.stdout, bad.stdout[-4000:]
+    # The old config serves again: the key still works and the context length is the plan's 512.
+    wait_healthy(lab, RECOVERY_TIMEOUT_S)
+    assert served_max_model_len(lab) == 512
+    unit = lab.ssh("node1", "systemctl cat vllm.service").stdout
+    assert "--load-format" not in unit
+    plan = json.loads(lab.ssh("node1", "cat /etc/vllm-cluster/plan.json").stdout)
+    assert "--load-format" not in plan["nodes"][0]["argv"]
+    assert lab.ssh("node1", "ls /etc/vllm-cluster /etc/systemd/system | grep -c '~$'", check=False).stdout.strip() \
+        == "0"
+    lab.ansible_playbook("deploy.yml", "--tags", "verify", timeout=1800)

@@ -1,0 +1,152 @@
+"""plugins/module_utils/nft_policy.py: the node firewall's nftables table, built from the plan."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.nft_policy import (
+    FirewallError,
+    build_policy,
+    merge_spans,
+    protected_spans,
+    render_ruleset,
+    split_networks,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+
+# The lab's 2-node mp plan (node3 is in the inventory, not in the plan).
+MP_PLAN = {
+    "deployment": "lab-tiny-llama",
+    "nodes": [
+        {"host": "node1", "address": "10.232.2.11", "node_rank": 0},
+        {"host": "node2", "address": "10.232.2.12", "node_rank": 1},
+    ],
+    "ports": {"api": 8000, "master": 29501, "dp_rpc": 29550},
+    "cluster": {"nodes": [{"name": "node1", "address": "10.232.2.11"}, {"name": "node2", "address": "10.232.2.12"},
+                          {"name": "node3", "address": "10.232.2.13"}]},
+}
+
+
+def nft_check(text: str, tmp_path) -> subprocess.CompletedProcess:
+    """nftables' own parser in check mode (`nft -c`): nothing is loaded."""
+    path = tmp_path / "policy.nft"
+    path.write_text(text)
+    return subprocess.run([shutil.which("nft") or "/usr/sbin/nft", "-c", "-f", str(path)],
+                          capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_scope_deployment_is_every_planned_host_and_scope_plan_the_ranked_ones():
+    everyone = build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=[])
+    assert everyone["scope"] == "deployment"
+    assert everyone["cluster_addresses"] == ["10.232.2.11", "10.232.2.12", "10.232.2.13"]
+    ranked = build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=[], scope="plan")
+    assert ranked["cluster_addresses"] == ["10.232.2.11", "10.232.2.12"]
+    assert "Cluster nodes (scope plan): node1 10.232.2.11, node2 10.232.2.12." in ranked["ruleset"]
+    with pytest.raises(FirewallError, match="scope 'all': expected one of deployment, plan"):
+        build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=[], scope="all")
+
+
+def test_mp_plan_protects_master_dp_rpc_ray_and_ephemeral_ports():
+    policy = build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=["0.0.0.0/0"], scope="plan")
+    assert policy["api_port"] == 8000
+    assert policy["cluster_addresses"] == ["10.232.2.11", "10.232.2.12"]
+    assert policy["protected_ports"] == ["6379-6384", "8265", "10001-10999", "29501", "29550",
+                                         "32768-60999"]
+    # 52365 (dashboard agent) is inside the ephemeral range: merged away, still protected.
+    text = policy["ruleset"]
+    assert "elements = { 10.232.2.11, 10.232.2.12 }" in text
+    assert "tcp dport 8000 ip saddr @api_v4 accept" in text
+    assert "tcp dport { 6379-6384, 8265, 10001-10999, 29501, 29550, 32768-60999 } counter drop" in text
+    # The order is the policy: API decisions before the cluster's blanket accept, drops last.
+    order = [text.index(s) for s in ("ct state established,related accept", "tcp dport 8000 counter drop",
+                                     "\n    ip saddr @cluster_v4 accept", "tcp dport { 6379")]
+    assert order == sorted(order)
+
+
+def test_ruleset_replaces_its_table_atomically_and_keeps_policy_accept():
+    text = build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=[])["ruleset"]
+    body = [line for line in text.splitlines() if not line.startswith("#")]
+    assert body[:3] == ["table inet vllm_cluster", "delete table inet vllm_cluster", "table inet vllm_cluster {"]
+    assert "policy accept;" in text
+    assert "policy drop" not in text
+
+
+def test_ruleset_parses_with_nft(tmp_path):
+    policy = build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=["10.231.2.0/24", "2001:db8::/32"],
+                          extra_protected_ports=["9000-9010", "9100"], extra_cluster_addresses=["fd00::5"])
+    checked = nft_check(policy["ruleset"], tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    assert "elements = { 2001:db8::/32 }" in policy["ruleset"]
+    assert "elements = { fd00::5 }" in policy["ruleset"]
+
+
+def test_empty_sets_parse_with_nft(tmp_path):
+    policy = build_policy(table="t1", plan=MP_PLAN, api_cidrs=[], include_ray_defaults=False, ephemeral_range=None)
+    assert policy["protected_ports"] == ["29501", "29550"]
+    checked = nft_check(policy["ruleset"], tmp_path)
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_ray_plan_ports_win_over_ray_defaults():
+    plan = dict(MP_PLAN, ports={"api": 8000, "ray_gcs": 7000, "ray_dashboard": 7001, "ray_min_worker": 20000,
+                                "ray_max_worker": 20100})
+    spans = build_policy(table="vllm_cluster", plan=plan, api_cidrs=[], ephemeral_range=None)["protected_ports"]
+    assert "7000-7001" in spans
+    assert "20000-20100" in spans
+    assert "6380-6384" in spans          # the Ray defaults the plan does not set stay protected
+
+
+def test_api_port_inside_a_protected_range_is_refused():
+    plan = dict(MP_PLAN, ports={"api": 40000, "master": 29501})
+    with pytest.raises(FirewallError, match="API port 40000 falls inside a protected port range"):
+        build_policy(table="vllm_cluster", plan=plan, api_cidrs=[])
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"api_cidrs": ["10.0.0.300/8"]}, "API CIDR: '10.0.0.300/8' is not an IP address or CIDR"),
+    ({"table": "bad-name"}, "table name 'bad-name'"),
+    ({"ephemeral_range": [60999, 32768]}, "port range 60999-32768"),
+    ({"extra_protected_ports": ["70000"]}, "port extra port 0=70000: expected 1-65535"),
+])
+def test_bad_inputs_name_the_value(kwargs, message):
+    arguments = {"table": "vllm_cluster", "plan": MP_PLAN, "api_cidrs": []} | kwargs
+    with pytest.raises(FirewallError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        build_policy(**arguments)
+
+
+def test_scope_deployment_needs_the_plans_cluster_nodes():
+    plan = {key: value for key, value in MP_PLAN.items() if key != "cluster"}
+    with pytest.raises(FirewallError, match="plan cluster.nodes: empty"):
+        build_policy(table="vllm_cluster", plan=plan, api_cidrs=[])
+
+
+def test_plan_without_nodes_is_refused():
+    with pytest.raises(FirewallError, match="expected the deployment plan with nodes and ports"):
+        build_policy(table="vllm_cluster", plan={"ports": {"api": 8000}}, api_cidrs=[])
+
+
+def test_no_cluster_address_is_refused():
+    with pytest.raises(FirewallError, match="none given"):
+        render_ruleset(table="t", cluster_addresses=[], api_port=8000, api_cidrs=[], protected=[(1, 2)])
+
+
+def test_split_networks_normalises_and_deduplicates():
+    assert split_networks(["10.0.0.5", "10.0.0.5/32", "10.1.2.3/16", "::1"], "x") == (
+        ["10.0.0.5", "10.1.0.0/16"], ["::1"])
+
+
+def test_protected_spans_refuses_half_a_ray_worker_range():
+    with pytest.raises(FirewallError, match="ray_min_worker and ray_max_worker"):
+        protected_spans({"ray_min_worker": 10002}, api_port=8000, include_ray_defaults=False)
+
+
+@given(st.lists(st.tuples(st.integers(1, 65535), st.integers(0, 200)), max_size=30))
+def test_merged_spans_cover_exactly_the_same_ports_without_overlap(raw):
+    spans = [(low, min(low + width, 65535)) for low, width in raw]
+    merged = merge_spans(spans)
+    covered = {port for low, high in spans for port in range(low, high + 1)}
+    assert {port for low, high in merged for port in range(low, high + 1)} == covered
+    assert all(merged[i][1] + 1 < merged[i + 1][0] for i in range(len(merged) - 1))
