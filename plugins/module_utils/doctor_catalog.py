@@ -167,6 +167,70 @@ def firewall_rules(text):
     return rules
 
 
+_NFT_SOURCE_ACCEPT = re.compile(r"^ip6? saddr (?P<source>@\w+|\{[^}]*\}|[0-9a-fA-F.:/]+) accept$")
+
+
+def firewall_accepted_sources(text):
+    """nft only: {drop/reject rule: [source CIDRs its chain accepts before it, whatever the port]}.
+
+    A rule such as the hardened node's "tcp dport { 29501, ... } drop" follows
+    "ip saddr @cluster_v4 accept": traffic from those sources never reaches it.
+    Named sets are resolved from their elements in the same table.
+    """
+    sets, accepted, result = {}, [], {}
+    table, collecting, pending = None, None, ""
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if collecting is not None:
+            pending += " " + line
+            if "}" in line:
+                sets[(table, collecting)] = re.findall(r"[0-9a-fA-F.:]+(?:/\d+)?(?:-[0-9a-fA-F.:]+)?", pending)
+                collecting = None
+            continue
+        if line.startswith("table "):
+            table = line.split("{", 1)[0].strip()
+        elif line.startswith("set "):
+            current_set = line.split()[1]
+        elif line.startswith("elements = {"):
+            pending = line.split("{", 1)[1]
+            if "}" in line:
+                sets[(table, current_set)] = re.findall(r"[0-9a-fA-F.:]+(?:/\d+)?(?:-[0-9a-fA-F.:]+)?", pending)
+            else:
+                collecting = current_set
+        elif line.startswith("chain "):
+            accepted = []
+        else:
+            match = _NFT_SOURCE_ACCEPT.match(line)
+            if match:
+                source = match.group("source")
+                if source.startswith("@"):
+                    accepted.extend(sets.get((table, source[1:]), []))
+                else:
+                    accepted.extend(re.findall(r"[0-9a-fA-F.:]+(?:/\d+)?", source))
+            elif line in firewall_rules(line) and accepted:
+                result[line] = list(accepted)
+    return result
+
+
+def _source_accepted(address, sources):
+    """True when the address is inside one of the CIDRs, addresses or ranges (a-b) an earlier rule accepts."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    for source in sources:
+        try:
+            if "-" in source:
+                low, high = (ipaddress.ip_address(part) for part in source.split("-", 1))
+                if low.version == ip.version and low <= ip <= high:
+                    return True
+            elif ip in ipaddress.ip_network(source, strict=False):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
 def _rule_ports(rule):
     """Destination ports a firewall rule names: 'dport 29501', 'dport { 8000, 29501 }', '--dport 29501'."""
     ports = set()
@@ -961,22 +1025,43 @@ def _still_starting(head, probe_name):
 
 
 def obs_firewall_drops_port(cluster, params):
-    ports = set()
-    for node in cluster.reachable_nodes():
-        ports.update(cluster.ports_for(node).values())
-    names = {}
-    for node in cluster.reachable_nodes():
-        for name, port in cluster.ports_for(node).items():
-            names.setdefault(port, name)
+    """Drop/reject rules on a node for a port another node's probe of that node could not reach.
+
+    A rule alone proves nothing: a hardened node drops the internal ports for
+    sources outside the cluster on purpose (after accepting the cluster's own
+    nodes). A rule is quoted only when a probe over the fabric (timeout or
+    unreachable) shows the port is blocked for a node of the cluster.
+    """
+    wanted = set(params.get("results", ["timeout", "unreachable"]))
+    blocked = {}  # target node name -> {port: port name}
+    probers = {}  # target node name -> addresses of the nodes whose probe failed
+    for prober in cluster.reachable_nodes():
+        for probe in prober.gather.get("probes") or []:
+            if probe.get("result") not in wanted or not isinstance(probe.get("port"), int):
+                continue
+            for target in cluster.reachable_nodes():
+                if target is not prober and probe.get("address") in target.local_addresses() | {
+                    target.plan.get("address")
+                }:
+                    blocked.setdefault(target.name, {})[probe["port"]] = probe.get("name") or "port"
+                    probers.setdefault(target.name, set()).update(
+                        {prober.plan.get("address")} | prober.local_addresses() - {None})
     hits = []
     for node in cluster.reachable_nodes():
-        for rule in (node.gather.get("firewall") or {}).get("rules", []):
-            blocked = sorted(_rule_ports(rule) & ports)
-            if blocked:
+        ports = blocked.get(node.name) or {}
+        firewall = node.gather.get("firewall") or {}
+        accepted = firewall.get("accepted_sources") or {}
+        for rule in firewall.get("rules", []):
+            named = sorted(_rule_ports(rule) & set(ports))
+            # A rule its chain never lets the probing nodes reach (they are accepted before it) is not the cause.
+            if named and any(_source_accepted(address, accepted.get(rule, []))
+                             for address in probers.get(node.name, ()) if address):
+                continue
+            if named:
                 hits.append(
                     _hit(node, (node.gather.get("firewall") or {}).get("tool", "firewall"),
-                         f"{rule}  <- drops deployment port {', '.join(f'{p} ({names[p]})' for p in blocked)}",
-                         port=blocked[0], port_name=names[blocked[0]])
+                         f"{rule}  <- drops deployment port {', '.join(f'{p} ({ports[p]})' for p in named)}",
+                         port=named[0], port_name=ports[named[0]])
                 )
     return hits
 

@@ -139,7 +139,9 @@ evidence:
       description: Each probe with result ok, refused, timeout, unreachable or error and elapsed_ms.
       type: list
     firewall:
-      description: The tool read (nft or iptables) and its rules that drop or reject.
+      description: >-
+        The tool read (nft or iptables), its rules that drop or reject, and (nft) for each such rule
+        the source addresses its chain accepts before it (accepted_sources).
       type: dict
     ray:
       description: Ray's node list from the head (nodes), or why it could not be read (error).
@@ -159,6 +161,7 @@ import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor_catalog import (  # noqa: E402
+    firewall_accepted_sources,
     firewall_rules,
     parse_env_file,
     parse_exec_start,
@@ -367,7 +370,8 @@ class Gatherer:
         if self.module.get_bin_path("nft"):
             out = self.run(["nft", "list", "ruleset"])
             if out is not None:
-                return {"tool": "nft list ruleset", "rules": firewall_rules(out)}
+                return {"tool": "nft list ruleset", "rules": firewall_rules(out),
+                        "accepted_sources": firewall_accepted_sources(out)}
         if self.module.get_bin_path("iptables-save"):
             out = self.run(["iptables-save"])
             if out is not None:

@@ -1,20 +1,22 @@
 """The doctor on the real lab: a healthy deployment, then failures reproduced for real, each the top finding.
 
-One 2-node lab, one deployment (the lab inventory: 2-node mp TP=2 on the CPU
-platform) plus a Ray cluster beside it (ray.yml; the lab's vLLM cannot run on
-Ray, its Ray cluster can). Each fault is injected the way it happens on a real
-cluster (a process squatting a port, a hand-edited env file, a firewall rule, a
-worker with another Ray, a unit override), the symptom is awaited, doctor.yml
-runs, and the test asserts its exit status, its top finding and the evidence it
+The shared 3-node lab (tests/lab/conftest.py `shared_lab`), its default
+deployment (the lab inventory: 2-node mp TP=2 on the CPU platform, node3 idle)
+plus a Ray cluster beside it (ray.yml; the lab's vLLM cannot run on Ray, its
+Ray cluster can). Each fault is injected the way it happens on a real cluster
+(a process squatting a port, a hand-edited env file, a firewall rule, a worker
+with another Ray, a unit override), the symptom is awaited, doctor.yml runs,
+and the test asserts its exit status, its top finding and the evidence it
 quotes; then the fault is removed. Faults that do not need vLLM to restart run
 first; the ones that break vLLM's start-up run last, each restarting vLLM with
-its own fault in place.
+its own fault in place. When the module ends (pass or fail) every fault is
+removed again, the Ray cluster is taken down and deploy.yml puts the lab back
+in its default deployment for the modules that run after this one.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import time
@@ -23,12 +25,11 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.lab
-LAB_NODES = 2
-LAB_NAME = "tdoctor"
 REPO = Path(__file__).resolve().parents[2]
 DEPLOYMENT = "lab-tiny-llama"
 OLD_RAY = "2.59.0"
-OLD_RAY_WHEEL = f"ray-{OLD_RAY}-cp311-cp311-manylinux2014_x86_64.whl"
+RAY_VERSION_DEPLOYED = next(line.split("==", 1)[1].strip() for line in (REPO / "requirements" / "runtime.lock")
+                            .read_text().splitlines() if line.startswith("ray=="))
 VENV = "/opt/vllm-cluster/venv"
 MODEL = "/srv/models/tiny-llama"
 MODEL_SOURCE = REPO / ".cache" / "models" / "tiny-llama"
@@ -36,16 +37,9 @@ RUNTIME_PYTHON = REPO / ".venv-runtime" / "bin" / "python"
 LAB_PROFILE = REPO / "tests" / "fixtures" / "bench" / "lab-profile.yml"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def private_fact_cache():
-    """Facts cached for 'node1' by another lab must not plan this one (ansible.cfg caches by host name)."""
-    previous = os.environ.get("ANSIBLE_CACHE_PLUGIN")
-    os.environ["ANSIBLE_CACHE_PLUGIN"] = "memory"
-    yield
-    if previous is None:
-        os.environ.pop("ANSIBLE_CACHE_PLUGIN", None)
-    else:
-        os.environ["ANSIBLE_CACHE_PLUGIN"] = previous
+@pytest.fixture(scope="module")
+def lab(shared_lab):
+    return shared_lab
 
 
 @pytest.fixture(scope="module")
@@ -66,17 +60,54 @@ def results(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def deployed(lab, tiny_model, results):
-    """The seed's order: step 0, a one-worker baseline benchmarked; then the lab's 2-node TP=2, and Ray beside it."""
+def module_state():
+    return {"default_verified": False}
+
+
+@pytest.fixture(scope="module")
+def deployed(lab, tiny_model, module_state):
+    """The lab's default deployment (2-node mp TP=2; deploy.yml is idempotent), and a Ray cluster beside it.
+
+    Whatever happens in the module, the lab ends in its default deployment (no fault, no Ray, vLLM verified).
+    """
     started = time.monotonic()
-    tp1 = json.dumps({"vllm_cluster_tp": 1})  # typed: a key=value -e would pass the string "1"
-    lab.ansible_playbook("deploy.yml", "-e", tp1, "--skip-tags", "verify", timeout=2400)
-    lab.ansible_playbook("playbooks/benchmark.yml", "-e", tp1, "-e", "vllm_benchmark_baseline=true",
-                         "-e", f"@{LAB_PROFILE}", "-e", f"vllm_benchmark_results_dir={results}", timeout=900)
-    lab.ansible_playbook("deploy.yml", timeout=1800)
-    lab.ansible_playbook("playbooks/ray.yml", timeout=900)
-    print(f"baseline + deploy.yml + ray.yml took {time.monotonic() - started:.0f} s")
-    return lab
+    try:
+        lab.ansible_playbook("deploy.yml", timeout=2400)
+        lab.ansible_playbook("playbooks/ray.yml", timeout=900)
+        print(f"deploy.yml + ray.yml took {time.monotonic() - started:.0f} s")
+        yield lab
+    finally:
+        restored = time.monotonic()
+        restore_default_deployment(lab, redeploy=not module_state["default_verified"])
+        print(f"restoring the default deployment took {time.monotonic() - restored:.0f} s")
+
+
+def remove_faults(lab):
+    """Undo every fault this module injects; each step is harmless when its fault is absent."""
+    for node in lab.nodes:
+        lab.ssh(node, "systemctl stop doctor-gpu-squatter doctor-port-squatter 2>/dev/null; "
+                      "nft delete table inet doctor_fault 2>/dev/null; "
+                      "rm -f /etc/systemd/system/vllm.service.d/tp.conf; "
+                      f"if [ -d {MODEL}.away ]; then rm -rf {MODEL} && mv {MODEL}.away {MODEL}; fi; "
+                      "if [ -f /root/env.doctor-backup.tar ]; then tar -C /etc/vllm-cluster -xf "
+                      "/root/env.doctor-backup.tar && rm -f /root/env.doctor-backup.tar; fi; "
+                      "systemctl daemon-reload", check=False)
+    ray_wheel = f"/srv/wheelhouse/ray-{RAY_VERSION_DEPLOYED}-cp311-cp311-manylinux2014_x86_64.whl"
+    lab.ssh("node2", f"{RAY_VERSION} | grep -qx {RAY_VERSION_DEPLOYED} || "
+                     f"{VENV}/bin/python -m pip install --no-index --no-deps --force-reinstall --quiet {ray_wheel}",
+            check=False, timeout=600)
+
+
+def restore_default_deployment(lab, redeploy):
+    """No fault, no Ray (this module's addition: the default deployment, backend mp, has none), and unless
+    the last test verified it, deploy.yml puts back the default deployment (env files, units, vLLM)."""
+    remove_faults(lab)
+    for node in lab.nodes:
+        lab.ssh(node, "systemctl disable --now ray-head.service ray-worker.service 2>/dev/null; "
+                      "rm -f /etc/systemd/system/ray-head.service /etc/systemd/system/ray-worker.service; "
+                      "systemctl daemon-reload; systemctl reset-failed", check=False)
+    if redeploy:
+        lab.ansible_playbook("deploy.yml", timeout=1800)
 
 
 def doctor(lab, results, *args):
@@ -141,34 +172,6 @@ def unit_state(lab, node):
     return dict(line.split("=", 1) for line in out.split())
 
 
-# --------------------------------------------------------------------------- healthy
-
-
-def test_healthy_deployment_has_no_fault_and_every_applicable_checklist_item_passes(deployed, results):
-    status, report, output = doctor(deployed, results)
-    assert status == 0, output[-3000:]
-    assert report["faults"] == 0
-    assert [f["id"] for f in report["findings"]] == ["tp_across_nodes"]  # the lab's deliberate layout: a warning
-    markdown = (results / DEPLOYMENT / "doctor.md").read_text(encoding="utf-8")
-    assert "0 fault(s)" in markdown
-    proc = deployed.ansible_playbook("playbooks/checklist.yml", "-e", f"doctor_results_dir={results}",
-                                     check=False, timeout=900)
-    checklist = json.loads((results / DEPLOYMENT / "checklist.json").read_text(encoding="utf-8"))
-    statuses = {item["id"]: item["status"] for item in checklist["items"]}
-    failed = {item["id"]: item["evidence"] for item in checklist["items"] if item["status"] == "fail"}
-    assert not failed, failed
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    for item in ("decision_tree", "baseline_recorded", "eager_first", "world_size_logged", "ray_cluster",
-                 "nccl_network_env", "rank_layout"):
-        assert statuses[item] == "pass", (item, checklist["items"])
-    assert statuses["memory_balanced"] == "n/a" and statuses["ep_logged"] == "n/a"
-    assert "## Multi node (多节点阶段)" in (results / DEPLOYMENT / "checklist.md").read_text(encoding="utf-8")
-    # Check mode gives the same diagnosis: every read runs in check mode, only the report is written.
-    status, again, _ = doctor(deployed, results, "--check")
-    assert status == 0
-    assert [f["id"] for f in again["findings"]] == [f["id"] for f in report["findings"]]
-
-
 # --------------------------------------------------------------------------- faults that leave vLLM running
 
 
@@ -211,30 +214,21 @@ def test_a_stopped_ray_worker(deployed, results):
 
 def wait_ray_alive(lab):
     address = f"{lab.fabric_address('node1')}:6379"
-    wait_for("both Ray nodes ALIVE", lambda: lab.ssh(
+    wait_for(f"{len(lab.nodes)} Ray nodes ALIVE", lambda: lab.ssh(
         "node1", RAY_NODES.format(address=address) + " 2>/dev/null", check=False
-    ).stdout.count('"ALIVE"') == 2, timeout=300)
+    ).stdout.count('"ALIVE"') == len(lab.nodes), timeout=300)
 
 
-def old_ray_wheel(lab):
-    """The older Ray wheel on node2: from the wheelhouse (/srv/wheelhouse) or copied from .cache/doctor/wheels."""
-    if lab.ssh("node2", f"test -f /srv/wheelhouse/{OLD_RAY_WHEEL}", check=False).returncode == 0:
-        return f"/srv/wheelhouse/{OLD_RAY_WHEEL}"
-    local = REPO / ".cache" / "doctor" / "wheels" / OLD_RAY_WHEEL
-    assert local.exists(), (
-        f"{OLD_RAY_WHEEL} is in neither the wheelhouse nor {local.parent}: add ray=={OLD_RAY} "
-        "(cp311, manylinux2014_x86_64) to the offline wheelhouse (scripts/bootstrap)"
-    )
-    from vlab.machines import SSH_OPTIONS
-    subprocess.run(["scp", "-q", "-i", str(lab.key), *SSH_OPTIONS, str(local),
-                    f"root@{lab.management_address('node2')}:/tmp/{OLD_RAY_WHEEL}"], check=True, timeout=300)
-    return f"/tmp/{OLD_RAY_WHEEL}"
+def wheelhouse_ray(lab, node, version):
+    """A Ray wheel of the lab's wheelhouse (/srv/wheelhouse, bound into every node; scripts/bootstrap fills it)."""
+    wheel = f"/srv/wheelhouse/ray-{version}-cp311-cp311-manylinux2014_x86_64.whl"
+    lab.ssh(node, f"test -f {wheel}")
+    return wheel
 
 
 def test_a_ray_version_mismatch_on_one_worker(deployed, results):
     lab = deployed
-    wheel = old_ray_wheel(lab)
-    current = lab.ssh("node2", RAY_VERSION).stdout.strip()
+    wheel = wheelhouse_ray(lab, "node2", OLD_RAY)
     install = f"{VENV}/bin/python -m pip install --no-index --no-deps --force-reinstall --quiet"
     try:
         lab.ssh("node2", f"{install} {wheel}", timeout=600)
@@ -251,8 +245,7 @@ def test_a_ray_version_mismatch_on_one_worker(deployed, results):
         assert f"ray {OLD_RAY}" in text.lower() or f"Ray: {OLD_RAY}" in text
         assert "Version mismatch: The cluster was started with:" in text
     finally:
-        lab.ssh("node2", f"{install} /srv/wheelhouse/ray-{current}-cp311-cp311-manylinux2014_x86_64.whl",
-                timeout=600)
+        lab.ssh("node2", f"{install} {wheelhouse_ray(lab, 'node2', RAY_VERSION_DEPLOYED)}", timeout=600)
         lab.ssh("node2", "systemctl restart ray-worker.service")
     wait_ray_alive(lab)
 
@@ -284,14 +277,14 @@ def test_a_port_conflict_on_the_vllm_port(deployed, results):
 
 def test_heads_not_divisible_by_tp_forced_through_a_unit_override(deployed, results):
     lab = deployed
-    for node in lab.nodes:
-        argv = lab.ssh(node, "systemctl show -p ExecStart --value vllm.service").stdout
-        command = argv.split("argv[]=", 1)[1].split(" ; ", 1)[0].replace("--tensor-parallel-size 2",
-                                                                        "--tensor-parallel-size 6")
-        lab.ssh(node, "mkdir -p /etc/systemd/system/vllm.service.d && printf '%s\\n' '[Service]' 'ExecStart=' "
-                      f"{shlex.quote('ExecStart=' + command)} > /etc/systemd/system/vllm.service.d/tp.conf && "
-                      "systemctl daemon-reload")
-    try:
+    try:  # the drop-ins are removed whatever fails, the writing of the second one included
+        for node in ("node1", "node2"):  # the plan's nodes (node3 runs no vLLM)
+            argv = lab.ssh(node, "systemctl show -p ExecStart --value vllm.service").stdout
+            command = argv.split("argv[]=", 1)[1].split(" ; ", 1)[0].replace("--tensor-parallel-size 2",
+                                                                            "--tensor-parallel-size 6")
+            lab.ssh(node, "mkdir -p /etc/systemd/system/vllm.service.d && printf '%s\\n' '[Service]' 'ExecStart=' "
+                          f"{shlex.quote('ExecStart=' + command)} > /etc/systemd/system/vllm.service.d/tp.conf && "
+                          "systemctl daemon-reload")
         since = restart_vllm(lab)
         wait_for("vLLM to refuse TP=6",
                  lambda: "must be divisible by tensor parallel size (6)" in journal_since(lab, "node1", since))
@@ -359,7 +352,7 @@ def test_a_blocked_rendezvous_port(deployed, results):
 def test_gloo_bound_to_the_management_network_while_it_is_blocked_between_nodes(deployed, results):
     lab = deployed
     peers = {"node1": lab.management_address("node2"), "node2": lab.management_address("node1")}
-    for node in lab.nodes:
+    for node in peers:  # the plan's nodes (node3 runs no vLLM)
         lab.ssh(node, "tar -C /etc/vllm-cluster -cf /root/env.doctor-backup.tar . && "
                       "sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=eth0/' /etc/vllm-cluster/*env && "
                       "nft add table inet doctor_fault && nft add chain inet doctor_fault input "
@@ -379,6 +372,53 @@ def test_gloo_bound_to_the_management_network_while_it_is_blocked_between_nodes(
         assert "/etc/vllm-cluster/" in text and "GLOO_SOCKET_IFNAME=eth0" in text
         assert "expected eth1" in text
     finally:
-        for node in lab.nodes:
+        for node in peers:
             lab.ssh(node, "tar -C /etc/vllm-cluster -xf /root/env.doctor-backup.tar; "
                           "nft delete table inet doctor_fault", check=False)
+
+
+# --------------------------------------------------------------------------- healthy (last: after the faults)
+
+
+@pytest.fixture(scope="module")
+def baseline_then_default(deployed, results):
+    """The seed's step 0 recorded (a one-worker baseline under the fixed load profile), then the default
+    deployment back and verified. Run after the faults: this start is also the one that recovers from them."""
+    lab = deployed
+    remove_faults(lab)
+    tp1 = json.dumps({"vllm_cluster_tp": 1})  # typed: a key=value -e would pass the string "1"
+    started = time.monotonic()
+    lab.ansible_playbook("deploy.yml", "-e", tp1, "--tags", "vllm", timeout=1800)
+    lab.ansible_playbook("playbooks/benchmark.yml", "-e", tp1, "-e", "vllm_benchmark_baseline=true",
+                         "-e", f"@{LAB_PROFILE}", "-e", f"vllm_benchmark_results_dir={results}", timeout=900)
+    lab.ansible_playbook("deploy.yml", "--tags", "vllm,verify", timeout=1800)
+    print(f"baseline (TP=1) + the default deployment again took {time.monotonic() - started:.0f} s")
+    return lab
+
+
+def test_healthy_deployment_has_no_fault_and_every_applicable_checklist_item_passes(baseline_then_default, results,
+                                                                                     module_state):
+    deployed = baseline_then_default
+    status, report, output = doctor(deployed, results)
+    assert status == 0, output[-3000:]
+    assert report["faults"] == 0
+    assert [f["id"] for f in report["findings"]] == ["tp_across_nodes"]  # the lab's deliberate layout: a warning
+    markdown = (results / DEPLOYMENT / "doctor.md").read_text(encoding="utf-8")
+    assert "0 fault(s)" in markdown
+    proc = deployed.ansible_playbook("playbooks/checklist.yml", "-e", f"doctor_results_dir={results}",
+                                     check=False, timeout=900)
+    checklist = json.loads((results / DEPLOYMENT / "checklist.json").read_text(encoding="utf-8"))
+    statuses = {item["id"]: item["status"] for item in checklist["items"]}
+    failed = {item["id"]: item["evidence"] for item in checklist["items"] if item["status"] == "fail"}
+    assert not failed, failed
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for item in ("decision_tree", "baseline_recorded", "eager_first", "world_size_logged", "ray_cluster",
+                 "nccl_network_env", "rank_layout"):
+        assert statuses[item] == "pass", (item, checklist["items"])
+    assert statuses["memory_balanced"] == "n/a" and statuses["ep_logged"] == "n/a"
+    assert "## Multi node (多节点阶段)" in (results / DEPLOYMENT / "checklist.md").read_text(encoding="utf-8")
+    # Check mode gives the same diagnosis: every read runs in check mode, only the report is written.
+    status, again, _ = doctor(deployed, results, "--check")
+    assert status == 0
+    assert [f["id"] for f in again["findings"]] == [f["id"] for f in report["findings"]]
+    module_state["default_verified"] = True  # deploy.yml --tags vllm,verify above; the module's end skips it
