@@ -219,6 +219,12 @@ def shared_lab() -> Iterator[Lab]:
 
 
 @pytest.fixture(scope="session")
+def lab_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One results/ directory for the shared lab's run: the doctor's checklist reads the benchmark's stages."""
+    return tmp_path_factory.mktemp("lab-results")
+
+
+@pytest.fixture(scope="session")
 def make_lab():
     """`lab_session` as a fixture: `with make_lab(name, nodes) as other:` for a lab of the test's own."""
     return lab_session

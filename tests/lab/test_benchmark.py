@@ -59,8 +59,8 @@ def tiny_model():
 
 
 @pytest.fixture(scope="module")
-def results_root(tmp_path_factory):
-    return tmp_path_factory.mktemp("bench-results")
+def results_root(lab_results):
+    return lab_results  # shared: tests/lab/test_doctor.py's checklist reads these stages
 
 
 def bench(lab, results_root, *args, check=True):
