@@ -11,8 +11,9 @@ mp, TP=2, tiny Llama on vLLM's CPU platform):
 2. per round, side by side on the same provisioned nodes, vLLM stopped before
    each start:
    - by hand: the plan's exact argv and environment of every node, started over
-     SSH as the service user (node 2 and node 1 at once), until the first
-     completion answers on the head;
+     SSH with systemd-run as the service user (a transient unit: no unit file,
+     no Ansible; node 2 and node 1 at once), until the first completion
+     answers on the head;
    - deploy.yml: from its start, with vLLM's unit and env files removed, until
      the first completion answers on the head (polled from the controller
      while deploy.yml runs); deploy.yml's own end is recorded too;
@@ -52,8 +53,7 @@ from vlab.machines import SSH_OPTIONS  # noqa: E402  (the options lab/lab itself
 VENV = "/opt/vllm-cluster/venv"
 HOME = "/var/lib/vllm-cluster"
 USER = "vllm"
-HAND_LOG = "/tmp/vllm-by-hand.log"
-HAND_PID = "/tmp/vllm-by-hand.pid"
+HAND_UNIT = "vllm-by-hand"
 START_TIMEOUT_S = 600
 POLL_S = 0.25
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", re.M)
@@ -151,9 +151,7 @@ class Bench:
     def stop_all(self, nodes: list[str], remove_units: bool) -> None:
         for node in nodes:
             command = ("systemctl stop vllm.service 2>/dev/null; systemctl disable vllm.service 2>/dev/null; "
-                       f"if [ -f {HAND_PID} ]; then kill -TERM -- -$(cat {HAND_PID}) 2>/dev/null; "
-                       f"for i in $(seq 60); do kill -0 -- -$(cat {HAND_PID}) 2>/dev/null || break; sleep 0.5; done; "
-                       f"kill -KILL -- -$(cat {HAND_PID}) 2>/dev/null; rm -f {HAND_PID}; fi; true")
+                       f"systemctl stop {HAND_UNIT} 2>/dev/null; systemctl reset-failed {HAND_UNIT} 2>/dev/null; true")
             if remove_units:
                 command += ("; rm -f /etc/systemd/system/vllm.service /etc/vllm-cluster/vllm.env; "
                             "systemctl daemon-reload")
@@ -164,10 +162,11 @@ class Bench:
         procs = []
         started = time.monotonic()
         for node in reversed(plan["nodes"]):  # workers first, as an operator would
-            env = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(node["env"].items()))
+            # A transient unit: the same command an operator would type, detached from the SSH session.
+            env = " ".join(shlex.quote(f"--setenv={k}={v}") for k, v in sorted(node["env"].items()))
             argv = " ".join(shlex.quote(word) for word in [f"{VENV}/bin/vllm", *node["argv"][1:]])
-            command = (f"cd {HOME} && setsid runuser -u {USER} -- env -i PATH=/usr/bin:/bin HOME={HOME} {env} "
-                       f"{argv} > {HAND_LOG} 2>&1 < /dev/null & echo $! > {HAND_PID}")
+            command = (f"systemd-run --quiet --unit={HAND_UNIT} --uid={USER} --working-directory={HOME} "
+                       f"--setenv=HOME={HOME} {env} -- {argv}")
             argv_ssh = ["ssh", "-i", str(self.inventory / "ssh" / "id_ed25519"), *SSH_OPTIONS,
                         f"root@{self.address(node['host'])}", command]
             procs.append(subprocess.Popen(argv_ssh, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.lab
+# Outside CI's time budget: scripts/test --extended runs it (docs/lab.md).
+pytestmark = [pytest.mark.lab_extended, pytest.mark.lab]
 REPO = Path(__file__).resolve().parents[2]
 DEPLOYMENT = "lab-tiny-llama"
 OLD_RAY = "2.59.0"

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.lab
+# Outside CI's time budget: scripts/test --extended runs it (docs/lab.md).
+pytestmark = [pytest.mark.lab_extended, pytest.mark.lab]
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "/srv/models/tiny-llama"
 MODEL_SOURCE = REPO / ".cache" / "models" / "tiny-llama"

@@ -25,7 +25,8 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.ray_state import 
     parse_status,
 )
 
-pytestmark = pytest.mark.lab
+# Outside CI's time budget: scripts/test --extended runs it (docs/lab.md).
+pytestmark = [pytest.mark.lab_extended, pytest.mark.lab]
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME_PYTHON = REPO / ".venv-runtime" / "bin" / "python"
