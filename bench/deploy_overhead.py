@@ -93,7 +93,7 @@ class Bench:
 
     # --- ansible ------------------------------------------------------------------
     def env(self) -> dict:
-        return dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_INVENTORY_IGNORE_REGEX="^ssh$",
+        return dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_INVENTORY_IGNORE_REGEX="^(ssh|secrets)$",
                     ANSIBLE_CACHE_PLUGIN_CONNECTION=str(fact_cache(self.name)),
                     PATH=f"{BIN}:{os.environ.get('PATH', '')}")
 

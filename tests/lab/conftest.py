@@ -147,7 +147,7 @@ class Lab:
     def ansible_env(self) -> dict[str, str]:
         env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
                    PATH=f"{CONTROLLER_BIN}:{os.environ.get('PATH', '')}")
-        env.setdefault("ANSIBLE_INVENTORY_IGNORE_REGEX", "^ssh$")  # the key directory is not inventory
+        env.setdefault("ANSIBLE_INVENTORY_IGNORE_REGEX", "^(ssh|secrets)$")  # key directories are not inventory
         # Every lab names its nodes node1..N: each lab gets its own fact cache.
         env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(fact_cache(self.name))
         return env
