@@ -26,25 +26,15 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import DEFAULT_PORTS
+
 TABLE_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 # Linux's default net.ipv4.ip_local_port_range: where Gloo, NCCL's bootstrap and
 # vLLM's ZMQ sockets bind when they ask the kernel for a free port.
 DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
 # Ray's own ports when the plan has none (backend mp): a Ray cluster started by
-# hand on these nodes is still kept inside. Same defaults as the planner's.
-RAY_DEFAULT_PORTS = {
-    "ray_gcs": 6379,
-    "ray_dashboard": 8265,
-    "ray_client": 10001,
-    "ray_node_manager": 6380,
-    "ray_object_manager": 6381,
-    "ray_runtime_env_agent": 6382,
-    "ray_dashboard_agent_grpc": 6383,
-    "ray_dashboard_agent_listen": 52365,
-    "ray_metrics_export": 6384,
-    "ray_min_worker": 10002,
-    "ray_max_worker": 10999,
-}
+# hand on these nodes is still kept inside: the planner's defaults.
+RAY_DEFAULT_PORTS = {name: port for name, port in DEFAULT_PORTS.items() if name.startswith("ray_")}
 
 
 class FirewallError(ValueError):

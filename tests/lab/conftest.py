@@ -218,6 +218,20 @@ def shared_lab() -> Iterator[Lab]:
         yield handle
 
 
+TINY_MODEL = REPO / ".cache" / "models" / "tiny-llama"  # where inventories/lab/group_vars points
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    """The lab inventory's model, built offline on the controller once per run (real bf16 safetensors)."""
+    if not (TINY_MODEL / "model.safetensors").exists():
+        proc = subprocess.run(
+            [str(REPO / ".venv-runtime" / "bin" / "python"), str(REPO / "lab" / "make_tiny_model.py"), "llama",
+             str(TINY_MODEL), "--weights"], capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    return TINY_MODEL
+
+
 @pytest.fixture(scope="session")
 def lab_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One results/ directory for the shared lab's run: the doctor's checklist reads the benchmark's stages."""

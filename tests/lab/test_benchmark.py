@@ -17,7 +17,6 @@ refused before it loads anything, and --check records nothing.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -46,17 +45,6 @@ STAGES = (("tp1", TP1), ("tp2", ONE_NODE_TP2), ("tp2-2nodes", TWO_NODE_TP2))
 def lab(shared_lab):
     """The run's one deployed lab (tests/lab/conftest.py: shared_lab)."""
     return shared_lab
-
-
-@pytest.fixture(scope="module")
-def tiny_model():
-    if not (MODEL / "model.safetensors").exists():
-        result = subprocess.run(
-            [str(RUNTIME_PYTHON), str(REPO / "lab" / "make_tiny_model.py"), "llama", str(MODEL), "--weights"],
-            capture_output=True, text=True, timeout=300, check=False,
-        )
-        assert result.returncode == 0, result.stderr[-2000:]
-    return MODEL
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -89,17 +88,6 @@ def complete(lab, node: str) -> dict:
 
 def unit_active(lab, node: str) -> str:
     return lab.ssh(node, "systemctl is-active vllm.service", check=False).stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def tiny_model():
-    if not (MODEL / "model.safetensors").exists():
-        result = subprocess.run(
-            [str(RUNTIME_PYTHON), str(REPO / "lab" / "make_tiny_model.py"), "llama", str(MODEL), "--weights"],
-            capture_output=True, text=True, timeout=300, check=False,
-        )
-        assert result.returncode == 0, result.stderr[-2000:]
-    return MODEL
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 import time
 from pathlib import Path
 
@@ -40,18 +39,6 @@ RUNTIME_PYTHON = REPO / ".venv-runtime" / "bin" / "python"
 @pytest.fixture(scope="module")
 def lab(shared_lab):
     return shared_lab
-
-
-@pytest.fixture(scope="module")
-def tiny_model():
-    """The lab inventory's model, built offline on the controller (as tests/lab/test_benchmark.py does)."""
-    if not (MODEL_SOURCE / "model.safetensors").exists():
-        proc = subprocess.run(
-            [str(RUNTIME_PYTHON), str(REPO / "lab" / "make_tiny_model.py"), "llama", str(MODEL_SOURCE), "--weights"],
-            capture_output=True, text=True, timeout=300, check=False,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    return MODEL_SOURCE
 
 
 @pytest.fixture(scope="module")

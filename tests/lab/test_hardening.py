@@ -49,18 +49,6 @@ def lab(shared_lab):
     return shared_lab
 
 
-@pytest.fixture(scope="module")
-def tiny_model():
-    """The lab inventory's model, built offline on the controller (as the other lab modules do)."""
-    if not (MODEL_SOURCE / "model.safetensors").exists():
-        proc = subprocess.run(
-            [str(RUNTIME_PYTHON), str(REPO / "lab" / "make_tiny_model.py"), "llama", str(MODEL_SOURCE), "--weights"],
-            capture_output=True, text=True, timeout=300, check=False,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    return MODEL_SOURCE
-
-
 class Outputs:
     """Everything Ansible printed in this module (the key must never be in it)."""
 

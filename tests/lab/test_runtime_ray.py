@@ -84,10 +84,7 @@ def unit_restarts(lab, node: str, unit: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def cluster(lab):
-    if not (MODEL / "model.safetensors").exists():
-        subprocess.run([str(RUNTIME_PYTHON), str(REPO / "lab" / "make_tiny_model.py"), "llama", str(MODEL),
-                        "--weights"], check=True, capture_output=True, timeout=600)
+def cluster(lab, tiny_model):
     lab.ansible_playbook("playbooks/runtime.yml", timeout=3600)
     lab.ansible_playbook("playbooks/ray.yml", *LAB_RAY_VARS, timeout=1800)
     return lab
