@@ -38,17 +38,17 @@ def fact_cache(lab_name: str) -> Path:
     return REPO / ".cache" / "labs" / lab_name / "facts"
 
 
-def _clear_fact_cache(spec: LabSpec) -> None:
-    """New machines behind old names: cached facts of earlier nodes are stale."""
+def _clear_node_facts(spec: LabSpec) -> None:
+    """New machines behind old names: cached facts of earlier nodes are stale.
+    The directory stays: an ansible-playbook that runs `lab up` as a task opened it
+    at start and writes its own facts there afterwards."""
     cache = fact_cache(spec.name)
     for node in spec.node_names:
         (cache / node).unlink(missing_ok=True)
-    with contextlib.suppress(OSError):
-        cache.rmdir()  # only when empty
 
 
 def write(spec: LabSpec) -> Path:
-    _clear_fact_cache(spec)
+    _clear_node_facts(spec)
     inventory = spec.inventory
     hosts = [_header(spec), "---", "all:", "  children:", "    vllm_nodes:", "      hosts:"]
     for k, node in enumerate(spec.node_names, start=1):
@@ -112,7 +112,9 @@ def _ours(path: Path) -> bool:
 
 
 def remove(spec: LabSpec) -> None:
-    _clear_fact_cache(spec)
+    _clear_node_facts(spec)
+    with contextlib.suppress(OSError):
+        fact_cache(spec.name).rmdir()  # only when empty
     inventory = spec.inventory
     for path in [inventory / "hosts.yml", *sorted((inventory / "host_vars").glob("node*.yml"))]:
         if _ours(path):

@@ -1,0 +1,58 @@
+"""lab/vlab/inventory.py: what `lab up` and `lab down` do to a lab's inventory and fact cache."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab"))
+
+from vlab import inventory  # noqa: E402
+from vlab.spec import LabSpec  # noqa: E402
+
+
+@pytest.fixture
+def lab(tmp_path, monkeypatch):
+    monkeypatch.setattr(inventory, "REPO", tmp_path)
+    spec = LabSpec(name="tunit", index=7, nodes=2, inventory_dir=tmp_path / ".cache/labs/tunit/inventory")
+    spec.inventory.mkdir(parents=True)
+    return spec
+
+
+def test_up_on_a_running_lab_keeps_the_fact_cache_directory(lab):
+    # Molecule's create runs `lab up` as a task: its ansible-playbook opened this directory
+    # at start and writes localhost's facts into it after the task (CI failed on a removed one).
+    cache = inventory.fact_cache(lab.name)
+    cache.mkdir(parents=True)
+    (cache / "node1").write_text("{}")
+    inventory.write(lab)
+    assert cache.is_dir()
+    assert not (cache / "node1").exists(), "stale facts of a node survived lab up"
+    inventory.write(lab)
+    assert cache.is_dir()
+
+
+def test_up_writes_hosts_and_an_owner_only_api_key(lab):
+    inventory.write(lab)
+    hosts = (lab.inventory / "hosts.yml").read_text()
+    assert "node1:" in hosts and "node2:" in hosts and "node3:" not in hosts
+    key = inventory.api_key_path(lab.inventory)
+    assert key.stat().st_mode & 0o777 == 0o600
+    first = key.read_text()
+    inventory.write(lab)
+    assert key.read_text() == first, "a second lab up replaced the API key"
+
+
+def test_down_removes_what_up_wrote_and_keeps_foreign_files(lab):
+    inventory.write(lab)
+    cache = inventory.fact_cache(lab.name)
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "node2").write_text("{}")
+    foreign = lab.inventory / "notes.txt"
+    foreign.write_text("mine")
+    inventory.remove(lab)
+    assert not cache.exists()
+    assert not (lab.inventory / "hosts.yml").exists()
+    assert not inventory.api_key_path(lab.inventory).exists()
+    assert foreign.read_text() == "mine"
