@@ -158,9 +158,20 @@ class Lab:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
                               cwd=REPO, env=self.ansible_env())
         if check and proc.returncode != 0:
-            raise AssertionError(f"`{shlex.join(argv)}` exited {proc.returncode}:\n{proc.stdout[-8000:]}\n"
+            raise AssertionError(f"`{shlex.join(argv)}` exited {proc.returncode}:\n{failure_excerpt(proc.stdout)}\n"
                                  f"{proc.stderr[-4000:]}")
         return proc
+
+
+def failure_excerpt(output: str, tail: int = 8000) -> str:
+    """The first fatal/failed task lines (a long run can push them out of the tail), then the tail."""
+    lines = output.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith(("fatal:", "failed:"))), None)
+    head = ""
+    if first is not None and len("\n".join(lines[first:])) > tail:
+        task = next((i for i in range(first, -1, -1) if lines[i].startswith("TASK [")), first)
+        head = "\n".join(lines[task:first + 1])[:4000] + "\n[...]\n"
+    return head + output[-tail:]
 
 
 def _check_host() -> None:
