@@ -10,6 +10,7 @@ deploy); the layouts run one after the other, re-planned with -e overrides:
    Ansible's back: verification fails with the table.
 4. 2-node mp PP=2 (no --enforce-eager); an eager-first rollout is refused.
 5. dense DP=2 across 2 nodes (a headless DP engine on node 2).
+6. playbooks/teardown.yml: vLLM stopped and removed, the runtime and the plan kept.
 
 vLLM runs for real on its CPU platform in the nodes; the only thing checked
 here that vllm_verify does not check itself is what the operator sees.
@@ -26,9 +27,10 @@ from pathlib import Path
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.vllm_unit import env_file_line, exec_start
 
-# The first test installs the runtime on three nodes (minutes on 2 cores) before its deploy.
-# Outside CI's time budget: scripts/test --extended runs it (docs/lab.md).
-pytestmark = [pytest.mark.lab_extended, pytest.mark.lab, pytest.mark.timeout(5400)]
+# CI runs section 1 (deploy, verify, changed=0, --check --diff) and the teardown;
+# the variants and fault tables (sections 2-5) are lab_extended: scripts/test --extended (docs/lab.md).
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(5400)]
+extended = pytest.mark.lab_extended
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / ".cache" / "models" / "tiny-llama"
@@ -180,6 +182,7 @@ def test_systemd_reads_exec_start_and_env_file_back(lab, first_deploy):
 # --------------------------------------------------------------------------- 2. a node's unit stopped
 
 
+@extended
 def test_verification_fails_with_the_table_when_one_node_is_stopped(lab, first_deploy):
     lab.ssh("node2", "systemctl stop vllm.service")
     result = lab.ansible_playbook("deploy.yml", "--tags", "verify", check=False, timeout=900)
@@ -196,6 +199,7 @@ def test_verification_fails_with_the_table_when_one_node_is_stopped(lab, first_d
 # --------------------------------------------------------------------------- 3. single node TP=2, then a TP fault
 
 
+@extended
 def test_single_node_tp2(lab, first_deploy):
     result = lab.ansible_playbook("deploy.yml", *ONE_NODE_TP2, *VLLM_AND_VERIFY, timeout=1200)
     lines = table(result.stdout)
@@ -206,6 +210,7 @@ def test_single_node_tp2(lab, first_deploy):
     assert unit_active(lab, "node2") in ("inactive", "unknown")
 
 
+@extended
 def test_verification_fails_with_the_table_when_a_unit_runs_another_tp(lab, first_deploy):
     lab.ssh("node1", "sed -i 's/--tensor-parallel-size 2/--tensor-parallel-size 1/' /etc/systemd/system/vllm.service"
                      " && systemctl daemon-reload && systemctl restart vllm.service")
@@ -223,6 +228,7 @@ def test_verification_fails_with_the_table_when_a_unit_runs_another_tp(lab, firs
 # --------------------------------------------------------------------------- 4. 2-node PP=2
 
 
+@extended
 def test_two_node_pp2_without_eager(lab, first_deploy):
     result = lab.ansible_playbook("deploy.yml", *PP2, *VLLM_AND_VERIFY, timeout=1500)
     lines = table(result.stdout)
@@ -234,6 +240,7 @@ def test_two_node_pp2_without_eager(lab, first_deploy):
     assert "--enforce-eager" not in exec_line and "--pipeline-parallel-size 2" in exec_line
 
 
+@extended
 def test_an_eager_first_rollout_is_refused_for_pp_on_cpu(lab, first_deploy):
     result = lab.ansible_playbook("deploy.yml", *PP2, "-e", '{"vllm_service_eager_first": true}', "--tags", "vllm",
                                   check=False, timeout=600)
@@ -246,6 +253,7 @@ def test_an_eager_first_rollout_is_refused_for_pp_on_cpu(lab, first_deploy):
 # --------------------------------------------------------------------------- 5. dense DP=2
 
 
+@extended
 def test_dense_dp2(lab, first_deploy):
     result = lab.ansible_playbook("deploy.yml", *DENSE_DP2, *VLLM_AND_VERIFY, timeout=1200)
     lines = table(result.stdout)
@@ -255,3 +263,30 @@ def test_dense_dp2(lab, first_deploy):
     assert row(lines, "node2", "KV tokens EngineCore_DP1")[:2] == ["1,048,576 (exact)",
                                                                    "1,048,576 (2048.00x at 512)"]
     assert row(lines, "all", "every rank once per replica (x2)")[:2] == ["0,0", "0,0"]
+
+
+# --------------------------------------------------------------------------- 6. teardown
+
+
+def test_teardown_stops_vllm_and_keeps_the_runtime_and_the_plan(lab, first_deploy):
+    deployment = json.loads((REPO / "results" / "lab-tiny-llama" / "plan.json").read_text())["deployment"]
+    dry = lab.ansible_playbook("playbooks/teardown.yml", "--check", timeout=600)
+    assert recap(dry.stdout)["node1"]["changed"] > 0
+    assert unit_active(lab, "node1") == "active", "teardown --check stopped vLLM"
+
+    lab.ansible_playbook("playbooks/teardown.yml", timeout=900)
+    for node in ("node1", "node2", "node3"):
+        assert unit_active(lab, node) in ("inactive", "unknown"), node
+        left = lab.ssh(node, "ls /etc/systemd/system/vllm.service /etc/vllm-cluster/vllm.env "
+                             "/etc/vllm-cluster/api-key.env /etc/vllm-cluster/plan.json 2>/dev/null",
+                       check=False).stdout.split()
+        assert left == [], f"{node} keeps {left}"
+        assert lab.ssh(node, f"test -x {VENV}/bin/vllm", check=False).returncode == 0, f"{node} lost the runtime"
+    for node in ("node1", "node2"):
+        kept = json.loads(lab.ssh(node, "cat /etc/vllm-cluster/plan.previous.json").stdout)
+        assert kept["deployment"] == deployment
+    with pytest.raises(OSError):
+        complete(lab, "node1")
+
+    again = lab.ansible_playbook("playbooks/teardown.yml", timeout=600)
+    assert {host: c["changed"] for host, c in recap(again.stdout).items()} == {"node1": 0, "node2": 0, "node3": 0}
