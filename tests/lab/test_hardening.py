@@ -191,6 +191,17 @@ def unit_property(lab, node: str, prop: str, unit: str = "vllm.service") -> str:
     return lab.ssh(node, f"systemctl show -P {prop} {unit}", check=False).stdout.strip()
 
 
+def changed_task_names(output: str) -> list[tuple[str, str]]:
+    """(task, host) for every "changed: [host]" line of a playbook's output."""
+    task, found = "", []
+    for line in output.splitlines():
+        if line.startswith("TASK ["):
+            task = line[6:line.index("]")]
+        elif line.startswith("changed: ["):
+            found.append((task, line[10:line.index("]")]))
+    return found
+
+
 def firewall_scope(lab, node: str) -> str:
     text = lab.ssh(node, "head -n 3 /etc/vllm-cluster/firewall.nft", check=False).stdout
     found = re.search(r"Cluster nodes \(scope (\w+)\)", text)
@@ -274,8 +285,7 @@ def test_rerun_without_change_keeps_the_service_running(deployed, ansible_output
     proc = ansible_outputs.add("second deploy.yml", lab.ansible_playbook("deploy.yml", timeout=2400))
     recap = dict(re.findall(r"^(node\d)\s+: ok=\d+\s+changed=(\d+)", proc.stdout, re.MULTILINE))
     after = {node: unit_property(lab, node, "ActiveEnterTimestampMonotonic") for node in ("node1", "node2")}
-    changed_tasks = re.findall(r"^TASK \[([^\]]+)\][^\n]*\n(?:[^\n]*\n)*?changed: \[(node\d)", proc.stdout,
-                               re.MULTILINE)
+    changed_tasks = changed_task_names(proc.stdout)
     # Why a restart happened, when one did: vLLM's stops and starts and the head watcher's lines before the re-run.
     history = {node: lab.ssh(node, "journalctl -u vllm.service -o short --no-pager | "
                                    "grep -E 'Started|Stopped|Main process exited|vllm-head-watch' | tail -6",
