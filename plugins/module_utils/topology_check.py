@@ -32,6 +32,8 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.vllm_logs import 
 
 ALL_NODES = "all"
 MAX_CELL = 72
+# systemd states in which the unit's main process runs ("activating (auto-restart)" waits between runs).
+LIVE_STATES = ("active", "activating", "reloading", "deactivating")
 
 
 class TopologyCheckError(ValueError):
@@ -117,7 +119,7 @@ def _attribute(plan, observed):
     host_by_address = {node["address"]: node["host"] for node in plan["nodes"]}
     workers, assignments, names = {}, {}, {}
     for host, fact in observed.items():
-        if not fact:
+        if not fact or not _runs(fact):
             continue
         name_by_pid = {entry["pid"]: entry["name"] for entry in fact.get("worker_processes", [])}
         for worker in fact.get("workers", []):
@@ -128,6 +130,13 @@ def _attribute(plan, observed):
             node = host_by_address.get(assigned.get("ip"), host) if assigned.get("ip") else host
             assignments.setdefault(node, []).append(assigned)
     return workers, assignments, names
+
+
+def _runs(fact):
+    """False for a unit known to be stopped: its journal is its last run's, not live ranks."""
+    unit = fact.get("unit") or {}
+    state = unit.get("active_state")
+    return state is None or (state in LIVE_STATES and unit.get("sub_state") != "auto-restart")
 
 
 def _unit_rows(rows, host, fact):

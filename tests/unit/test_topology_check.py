@@ -256,6 +256,20 @@ def test_a_stopped_node_fails_on_that_node_and_on_the_rank_count():
     assert all(m["node"] in ("lab2", "all") for m in verdict["mismatches"]), verdict["table"]
 
 
+def test_a_failed_unit_s_last_run_is_not_counted_as_live_ranks():
+    # systemd keeps a stopped unit's InvocationID: its journal still says rank 1 of the run that ended.
+    plan = cpu_plan({"pp": 2}, TWO_NODES, ports={"master": 29611})
+    failed = {**ACTIVE, "active_state": "failed", "sub_state": "failed", "main_pid": 0}
+    verdict = check(plan, {"lab1": fact("mn_node0.log"), "lab2": fact("mn_node1.log", unit=failed)})
+    assert row(verdict, "lab2", "unit")["found"] == "failed (failed)"
+    assert row(verdict, "lab2", "ranks (rank/local)") == {
+        "node": "lab2", "check": "ranks (rank/local)", "expected": "1/0", "found": "none", "ok": False}
+    assert row(verdict, "all", "every rank once")["found"] == "0 (missing 1)"
+    looping = {**ACTIVE, "active_state": "activating", "sub_state": "auto-restart", "restarts": 2}
+    verdict = check(plan, {"lab1": fact("mn_node0.log"), "lab2": fact("mn_node1.log", unit=looping)})
+    assert row(verdict, "lab2", "ranks (rank/local)")["found"] == "none"
+
+
 def test_an_unreachable_node_and_a_crash_loop_are_named():
     plan = cpu_plan({"pp": 2}, TWO_NODES, ports={"master": 29611})
     looping = {**ACTIVE, "active_state": "activating", "sub_state": "auto-restart", "restarts": 3}
