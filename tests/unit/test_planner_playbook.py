@@ -177,3 +177,48 @@ def test_plan_playbook_names_a_host_without_gpu_facts(tmp_path):
     assert result.returncode != 0
     failed = task(report, "Check that every node has GPU facts, declared or gathered")["localhost"]
     assert "host gpu-z has no GPU facts" in json.dumps(failed)
+
+
+def test_the_plan_never_reads_facts_cached_by_an_earlier_run(tmp_path):
+    # A node that declares its GPUs is not contacted: a fact cache holding its active IB ports and its
+    # fabric interface (what a preflight run leaves) must not change the plan (it did: a re-run restarted vLLM).
+    def node(hcas=None):
+        host = {"ansible_host": "192.0.2.10", "vllm_cluster_fabric_interface": "eth1",
+                "vllm_cluster_gpus": {"count": 8, "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559,
+                                      "nvlink": True}}
+        return host if hcas is None else dict(host, vllm_cluster_ib_hcas=hcas)
+
+    def plan_env(hosts, cache):
+        inventory = tmp_path / "inventory.yml"
+        inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_nodes": {
+            "hosts": hosts, "vars": {"vllm_cluster_model": "llama-3.1-8b"}}}}}))
+        env = dict(os.environ, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(cache))
+        result = subprocess.run([str(ANSIBLE_PLAYBOOK), str(PLAYBOOK), "-i", str(inventory)], capture_output=True,
+                                text=True, timeout=120, cwd=REPO, check=False,
+                                env=dict(env, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+                                         ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+        plan = task(json.loads(result.stdout), "Compute the plan with vllm_ops.cluster.parallel_layout")
+        return plan["localhost"]["ansible_facts"]["__vllm_cluster_plan"]["nodes"][0]["env"]
+
+    empty, stale = tmp_path / "empty-cache", tmp_path / "stale-cache"
+    empty.mkdir()
+    # The stale cache, written by Ansible itself (set_fact cacheable) in the format it reads back.
+    seed = tmp_path / "seed.yml"
+    seed.write_text(yaml.safe_dump([{"hosts": "gpu-a", "gather_facts": False, "tasks": [{"ansible.builtin.set_fact": {
+        "vllm_ib": {"present": True, "infiniband_active": ["mlx5_0/1", "mlx5_1/1"]},
+        "eth1": {"device": "eth1", "ipv4": {"address": "10.9.9.9"}},
+        "vllm_gpu": {"count": 1, "name": "NVIDIA A10G", "memory_total_mib": 23028, "nvlink": False},
+        "cacheable": True}}]}]))
+    seeded = subprocess.run([str(ANSIBLE_PLAYBOOK), str(seed), "-i", "gpu-a,", "-c", "local"], capture_output=True,
+                            text=True, timeout=120, cwd=REPO, check=False,
+                            env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+                                     ANSIBLE_CACHE_PLUGIN_CONNECTION=str(stale)))
+    assert seeded.returncode == 0 and any(stale.iterdir()), seeded.stdout[-2000:]
+    first = plan_env({"gpu-a": node()}, empty)
+    assert first == plan_env({"gpu-a": node()}, stale)
+    assert first["NCCL_IB_DISABLE"] == "1" and "NCCL_IB_HCA" not in first
+    assert first["VLLM_HOST_IP"] == "192.0.2.10"
+    # HCAs come from the one declaration nccl_network writes and checks too.
+    declared = plan_env({"gpu-a": node(["mlx5_0:1", "mlx5_1:1"])}, stale)
+    assert declared["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1" and "NCCL_IB_DISABLE" not in declared
