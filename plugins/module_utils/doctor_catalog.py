@@ -26,7 +26,7 @@ import re
 import shlex
 import string
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import vllm_logs
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import plan_history, vllm_logs
 
 CATALOG_VERSION = 1
 FAMILIES = ("startup", "communication", "performance")
@@ -1238,43 +1238,17 @@ def obs_unit_argv_differs(cluster, params):
     return hits
 
 
-def _argv_flags(argv):
-    flags = {}
-    index = 0
-    positional = []
-    while index < len(argv):
-        arg = argv[index]
-        if arg.startswith("--"):
-            if "=" in arg:
-                key, value = arg.split("=", 1)
-                flags[key] = value
-            elif index + 1 < len(argv) and not argv[index + 1].startswith("--"):
-                flags[arg] = argv[index + 1]
-                index += 1
-            else:
-                flags[arg] = True
-        else:
-            positional.append(arg)
-        index += 1
-    return flags, positional
-
-
 def _argv_differences(planned, running):
-    want, want_pos = _argv_flags(planned)
-    have, have_pos = _argv_flags(running)
+    want, want_pos = plan_history.argv_flags(planned)
+    have, have_pos = plan_history.argv_flags(running)
     parts = []
     if want_pos != have_pos:
         parts.append(f"arguments {' '.join(have_pos)} (plan: {' '.join(want_pos)})")
     for key in sorted(set(want) | set(have)):
         if want.get(key) != have.get(key):
-            parts.append(f"{key} {_flag_text(have.get(key))} (plan: {_flag_text(want.get(key))})")
+            have_text, want_text = plan_history.flag_text(have.get(key)), plan_history.flag_text(want.get(key))
+            parts.append(f"{key} {have_text} (plan: {want_text})")
     return "; ".join(parts) or "order of arguments"
-
-
-def _flag_text(value):
-    if value is None:
-        return "absent"
-    return "set" if value is True else str(value)
 
 
 def obs_tp_across_nodes(cluster, params):
@@ -1507,7 +1481,35 @@ def diagnose(catalog, evidence):
         "strategy": cluster.plan.get("strategy"),
         "backend": cluster.plan.get("backend"),
         "signatures_checked": len(catalog["signatures"]),
+        "last_change": last_change(cluster),
     }
+
+
+def last_change(cluster):
+    """Per node that keeps a plan.previous.json: when its plan last changed and what changed."""
+    changes = []
+    for node in cluster.nodes:
+        plans = node.gather.get("plans") or {}
+        previous, current = plans.get("previous"), plans.get("current")
+        if not previous:
+            continue
+        lines = plan_history.plan_changes(previous.get("plan"), (current or {}).get("plan"), node.name)
+        changes.append({
+            "node": node.name,
+            "previous_modified": previous.get("modified"),
+            "current_modified": (current or {}).get("modified"),
+            "changes": lines or ["nothing that decides what runs (layout, nodes, ports, model, argv, env)"],
+        })
+    return changes
+
+
+def _change_lines(report):
+    lines = []
+    for entry in report.get("last_change") or []:
+        when = entry.get("current_modified") or "teardown (no plan.json now)"
+        lines.append(f"{entry['node']}: plan.previous.json ({entry.get('previous_modified')}) -> plan.json ({when})")
+        lines += [f"  {change}" for change in entry["changes"]]
+    return lines
 
 
 def _node_order(cluster):
@@ -1543,10 +1545,14 @@ def render_report(report, evidence_lines=MAX_EVIDENCE_PER_FINDING):
         f"vllm-cluster doctor: {where}, nodes {', '.join(report.get('nodes') or []) or 'none'}; "
         f"{report['signatures_checked']} signatures checked"
     )
+    changed = _change_lines(report)
+    if changed:
+        changed = ["", "What the last deploy changed (each node's plan.previous.json against its plan.json):"] + [
+            "  " + line for line in changed]
     if not report["findings"]:
         lines.append("No fault found: every signature was checked against every node's units, journals, ports, "
                      "env files, NICs, Ray state and facts.")
-        return lines
+        return lines + changed
     lines.append(f"{report['faults']} fault(s), {report['warnings']} warning(s); most likely cause first.")
     for number, finding in enumerate(report["findings"], start=1):
         lines.append("")
@@ -1564,7 +1570,7 @@ def render_report(report, evidence_lines=MAX_EVIDENCE_PER_FINDING):
         if len(finding["evidence"]) > len(shown):
             lines.append(f"     ... {len(finding['evidence']) - len(shown)} more line(s) in doctor.json")
         lines.append(f"   fix: {finding['fix']}")
-    return lines
+    return lines + changed
 
 
 def render_markdown(report):
@@ -1574,9 +1580,14 @@ def render_markdown(report):
         f"{report['faults']} fault(s), {report['warnings']} warning(s), "
         f"{report['signatures_checked']} signatures checked on {', '.join(report.get('nodes') or []) or 'no node'}."
     )
+    changed = _change_lines(report)
+    if changed:
+        changed = ["", "## What the last deploy changed", "",
+                   "Each node's `plan.previous.json` against its `plan.json` (kept by vllm_service):", "", "```",
+                   *changed, "```"]
     if not report["findings"]:
         out += ["", "No fault found."]
-        return "\n".join(out) + "\n"
+        return "\n".join(out + changed) + "\n"
     out += ["", "| # | severity | finding | nodes | family |", "| --- | --- | --- | --- | --- |"]
     for number, finding in enumerate(report["findings"], start=1):
         out.append(
@@ -1596,4 +1607,4 @@ def render_markdown(report):
         out += ["```", "", f"**Fix.** {finding['fix']}"]
         if finding["references"]:
             out += ["", "References: " + "; ".join(finding["references"])]
-    return "\n".join(out) + "\n"
+    return "\n".join(out + changed) + "\n"

@@ -60,6 +60,12 @@ options:
       - GCS address (C(host:port)) used to list Ray's nodes with the venv's C(ray) CLI on a node that runs
         C(ray-head.service); by default it is read from that unit (C(--node-ip-address) and C(--port)).
     type: str
+  plan_dir:
+    description:
+      - Where vllm_service keeps the plan that runs (C(plan.json)) and the one before the last change
+        (C(plan.previous.json)); the doctor says what that change was.
+    type: path
+    default: /etc/vllm-cluster
   journal_lines:
     description: At most this many journal entries are read per unit.
     type: int
@@ -146,6 +152,11 @@ evidence:
     ray:
       description: Ray's node list from the head (nodes), or why it could not be read (error).
       type: dict
+    plans:
+      description: >-
+        C(current) (plan.json) and C(previous) (plan.previous.json), each null when absent, else its
+        C(modified) time (UTC) and C(plan), the layout, ports, model path and per node argv and env.
+      type: dict
     errors:
       description: Commands that failed, with their message.
       type: list
@@ -170,6 +181,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor_catalog im
     parse_systemctl_show,
     select_invocation,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan_history import plan_summary  # noqa: E402
 
 UNIT_PROPERTIES = (
     "Id", "LoadState", "ActiveState", "SubState", "Result", "ExecMainStatus", "ExecMainPID", "MainPID",
@@ -409,6 +421,23 @@ class Gatherer:
             ]
         }
 
+    def plans(self):
+        found = {}
+        for key, name in (("current", "plan.json"), ("previous", "plan.previous.json")):
+            path = os.path.join(self.params["plan_dir"], name)
+            found[key] = None
+            if not os.path.exists(path):
+                continue
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    plan = json.load(handle)
+                modified = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(os.path.getmtime(path)))
+            except (OSError, ValueError) as error:
+                self.errors.append({"command": f"read {path}", "error": str(error)})
+                continue
+            found[key] = {"path": path, "modified": modified, "plan": plan_summary(plan)}
+        return found
+
     def gather(self):
         units = {name: self.unit(name) for name in self.params["units"]}
         journal = {
@@ -437,6 +466,7 @@ class Gatherer:
             "firewall": self.firewall(),
         }
         evidence["ray"] = self.ray(units)
+        evidence["plans"] = self.plans()
         evidence["errors"] = self.errors
         return evidence
 
@@ -493,6 +523,7 @@ def main():
             "probes": {"type": "list", "elements": "dict", "default": []},
             "route_to": {"type": "list", "elements": "str", "default": []},
             "ray_address": {"type": "str"},
+            "plan_dir": {"type": "path", "default": "/etc/vllm-cluster"},
             "journal_lines": {"type": "int", "default": 4000},
             "timeout": {"type": "int", "default": 30},
             "probe_timeout": {"type": "float", "default": 3.0},

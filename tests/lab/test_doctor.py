@@ -402,6 +402,9 @@ def test_healthy_deployment_has_no_fault_and_every_applicable_checklist_item_pas
     assert [f["id"] for f in report["findings"]] == ["tp_across_nodes"]  # the lab's deliberate layout: a warning
     markdown = (results / DEPLOYMENT / "doctor.md").read_text(encoding="utf-8")
     assert "0 fault(s)" in markdown
+    # node1 ran the TP=1 baseline (or another stage) before this deployment: its kept plans say what changed.
+    change = next(c for c in report["last_change"] if c["node"] == "node1")
+    assert change["changes"] and "## What the last deploy changed" in markdown, report["last_change"]
     proc = deployed.ansible_playbook("playbooks/checklist.yml", "-e", f"doctor_results_dir={results}",
                                      check=False, timeout=900)
     checklist = json.loads((results / DEPLOYMENT / "checklist.json").read_text(encoding="utf-8"))

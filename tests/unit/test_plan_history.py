@@ -1,0 +1,106 @@
+"""What the last deploy changed: a node's plan.previous.json against its plan.json, as doctor.yml reports it."""
+
+import json
+import os
+import subprocess
+import sys
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import doctor_catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan_history import plan_changes, plan_summary
+from test_doctor_lab_cases import CASES, CATALOG, CATALOG_FILE, CLI, REPO
+from test_facts_modules import ANSIBLE, MODULE_PYTHON
+from test_topology_check import lab_plan
+
+
+def test_a_layout_change_names_the_layout_and_each_flag():
+    before, after = lab_plan({"tp": 2}), lab_plan({"tp": 1, "pp": 2})
+    changes = plan_changes(before, after, "node2")
+    assert changes[0] == ("layout: tp (mp) TP=2 PP=1 DP=1 EP=1 world_size=2 -> "
+                          "tp_pp (mp) TP=1 PP=2 DP=1 EP=1 world_size=2")
+    assert "--tensor-parallel-size: 2 -> 1" in changes
+    assert "--pipeline-parallel-size: 1 -> 2" in changes
+    assert "--enforce-eager: set -> absent" in changes  # PP on CPU runs without eager (ARCHITECTURE.md)
+    # The summary the doctor keeps as evidence compares the same.
+    assert plan_changes(plan_summary(before), plan_summary(after), "node2") == changes
+
+
+def test_the_same_plan_has_no_change_and_secrets_are_never_shown():
+    plan = lab_plan({"tp": 2})
+    assert plan_changes(plan, json.loads(json.dumps(plan)), "node1") == []
+    with_token = json.loads(json.dumps(plan))
+    with_token["nodes"][0]["env"]["HF_TOKEN"] = "hf_secret_1"
+    rotated = json.loads(json.dumps(with_token))
+    rotated["nodes"][0]["env"]["HF_TOKEN"] = "hf_secret_2"
+    changes = plan_changes(with_token, rotated, "node1")
+    assert changes == ["env HF_TOKEN: <redacted> -> <redacted, changed>"]
+    assert "hf_secret" not in json.dumps(plan_summary(rotated))
+
+
+def test_a_node_that_joins_or_leaves_the_deployment_is_named():
+    two_nodes, one_node = lab_plan({"tp": 2}), lab_plan({"tp": 1})
+    changes = plan_changes(two_nodes, one_node, "node2")
+    assert "nodes: node1, node2 -> node1" in changes
+    assert changes[-1] == "node2: removed from the deployment"
+    assert plan_changes(one_node, two_nodes, "node2")[-1] == "node2: added to the deployment"
+
+
+def test_the_doctor_reports_the_last_change_and_the_cli_writes_it(tmp_path):
+    # The real healthy-lab evidence, with the plans vllm_service keeps on node1: a max_model_len change.
+    data = json.loads((CASES / "healthy.json").read_text(encoding="utf-8"))
+    current = plan_summary(data["plan"])
+    previous = json.loads(json.dumps(current))
+    head = previous["nodes"][0]["argv"]
+    head[head.index("--max-model-len") + 1] = "256"
+    data["gather"][0]["evidence"]["plans"] = {
+        "previous": {"path": "/etc/vllm-cluster/plan.previous.json", "modified": "2026-11-30 10:00:00 UTC",
+                     "plan": previous},
+        "current": {"path": "/etc/vllm-cluster/plan.json", "modified": "2026-11-30 11:00:00 UTC", "plan": current},
+    }
+    hosts = [{"host": h, "gather": g, "gpu": p, "ib": i}
+             for h, g, p, i in zip(data["hosts"], data["gather"], data["gpu"], data["ib"], strict=True)]
+    report = doctor.diagnose(CATALOG, doctor.evidence_from_registered(data["plan"], hosts))
+    assert report["faults"] == 0
+    assert report["last_change"] == [{
+        "node": "node1", "previous_modified": "2026-11-30 10:00:00 UTC",
+        "current_modified": "2026-11-30 11:00:00 UTC", "changes": ["--max-model-len: 256 -> 512"]}]
+    lines = doctor.render_report(report)
+    assert lines[-2:] == ["  node1: plan.previous.json (2026-11-30 10:00:00 UTC) -> plan.json (2026-11-30 11:00:00 UTC)",
+                          "    --max-model-len: 256 -> 512"]
+    evidence = tmp_path / "doctor-evidence.json"
+    evidence.write_text(json.dumps(data), encoding="utf-8")
+    markdown = tmp_path / "doctor.md"
+    proc = subprocess.run([sys.executable, str(CLI), "diagnose", "--catalog", str(CATALOG_FILE), "--evidence",
+                           str(evidence), "--markdown", str(markdown)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    text = markdown.read_text(encoding="utf-8")
+    assert "## What the last deploy changed" in text and "--max-model-len: 256 -> 512" in text
+    # Without plan.previous.json (a first deploy) there is no section.
+    assert "last deploy" not in "\n".join(doctor.render_report(doctor.diagnose(
+        CATALOG, doctor.evidence_from_registered(data["plan"], [dict(hosts[0], gather={})]))))
+
+
+def test_doctor_gather_reads_both_plans_of_the_node(tmp_path):
+    # The module itself, through Ansible, on this machine: plan.json and plan.previous.json as
+    # vllm_service writes them (to_nice_json), reduced to what the report compares.
+    before, after = lab_plan({"tp": 2}), lab_plan({"tp": 1, "pp": 2})
+    (tmp_path / "plan.previous.json").write_text(json.dumps(before, indent=4, sort_keys=True) + "\n")
+    (tmp_path / "plan.json").write_text(json.dumps(after, indent=4, sort_keys=True) + "\n")
+    playbook = tmp_path / "gather.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"name": "gather", "vllm_ops.cluster.doctor_gather": {
+            "units": [], "env_files": [], "venv": str(tmp_path / "no-venv"), "plan_dir": str(tmp_path)}},
+        {"name": "gather without plans", "vllm_ops.cluster.doctor_gather": {
+            "units": [], "env_files": [], "venv": str(tmp_path / "no-venv"), "plan_dir": str(tmp_path / "none")}},
+    ]}]))
+    proc = subprocess.run(
+        [str(ANSIBLE.with_name("ansible-playbook")), "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={MODULE_PYTHON}",
+         str(playbook)], cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    tasks = {t["task"]["name"]: t["hosts"]["localhost"] for t in json.loads(proc.stdout)["plays"][0]["tasks"]}
+    plans = tasks["gather"]["evidence"]["plans"]
+    assert plans["previous"]["plan"] == plan_summary(before) and plans["current"]["plan"] == plan_summary(after)
+    assert plans["current"]["modified"].endswith(" UTC")
+    assert plan_changes(plans["previous"]["plan"], plans["current"]["plan"], "node1")[0].startswith("layout: tp ")
+    assert tasks["gather without plans"]["evidence"]["plans"] == {"current": None, "previous": None}
