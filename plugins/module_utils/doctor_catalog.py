@@ -1493,7 +1493,11 @@ def last_change(cluster):
         previous, current = plans.get("previous"), plans.get("current")
         if not previous:
             continue
-        lines = plan_history.plan_changes(previous.get("plan"), (current or {}).get("plan"), node.name)
+        if current:
+            lines = plan_history.plan_changes(previous.get("plan"), current.get("plan"), node.name)
+        else:
+            lines = ["vLLM was torn down (no plan.json); plan.previous.json is the plan that ran last: "
+                     + plan_history.layout_text(previous.get("plan") or {})]
         changes.append({
             "node": node.name,
             "previous_modified": previous.get("modified"),
@@ -1506,7 +1510,7 @@ def last_change(cluster):
 def _change_lines(report):
     lines = []
     for entry in report.get("last_change") or []:
-        when = entry.get("current_modified") or "teardown (no plan.json now)"
+        when = entry.get("current_modified") or "none"
         lines.append(f"{entry['node']}: plan.previous.json ({entry.get('previous_modified')}) -> plan.json ({when})")
         lines += [f"  {change}" for change in entry["changes"]]
     return lines

@@ -43,7 +43,8 @@ def flag_text(value):
     return "set" if value is True else str(value)
 
 
-def _layout(plan):
+def layout_text(plan):
+    """The plan's layout in one line: strategy (backend) TP PP DP EP world_size."""
     return "{} ({}) TP={} PP={} DP={} EP={} world_size={}".format(*(plan.get(key) for key in LAYOUT))
 
 
@@ -69,8 +70,8 @@ def plan_changes(previous, current, host):
     """Lines saying what differs from ``previous`` to ``current`` for ``host``; [] when nothing that runs did."""
     previous, current = previous or {}, current or {}
     changes = []
-    if _layout(previous) != _layout(current):
-        changes.append(f"layout: {_layout(previous)} -> {_layout(current)}")
+    if layout_text(previous) != layout_text(current):
+        changes.append(f"layout: {layout_text(previous)} -> {layout_text(current)}")
     hosts = [[node.get("host") for node in plan.get("nodes") or []] for plan in (previous, current)]
     if hosts[0] != hosts[1]:
         changes.append(f"nodes: {', '.join(hosts[0]) or 'none'} -> {', '.join(hosts[1]) or 'none'}")

@@ -104,3 +104,17 @@ def test_doctor_gather_reads_both_plans_of_the_node(tmp_path):
     assert plans["current"]["modified"].endswith(" UTC")
     assert plan_changes(plans["previous"]["plan"], plans["current"]["plan"], "node1")[0].startswith("layout: tp ")
     assert tasks["gather without plans"]["evidence"]["plans"] == {"current": None, "previous": None}
+
+
+def test_after_a_teardown_the_report_names_the_plan_that_ran_last():
+    data = json.loads((CASES / "healthy.json").read_text(encoding="utf-8"))
+    data["gather"][0]["evidence"]["plans"] = {"current": None, "previous": {
+        "path": "/etc/vllm-cluster/plan.previous.json", "modified": "2026-11-30 12:00:00 UTC",
+        "plan": plan_summary(data["plan"])}}
+    hosts = [{"host": h, "gather": g, "gpu": p, "ib": i}
+             for h, g, p, i in zip(data["hosts"], data["gather"], data["gpu"], data["ib"], strict=True)]
+    report = doctor.diagnose(CATALOG, doctor.evidence_from_registered(data["plan"], hosts))
+    assert report["last_change"][0]["changes"] == [
+        "vLLM was torn down (no plan.json); plan.previous.json is the plan that ran last: "
+        "tp (mp) TP=2 PP=1 DP=1 EP=1 world_size=2"]
+    assert "  node1: plan.previous.json (2026-11-30 12:00:00 UTC) -> plan.json (none)" in doctor.render_report(report)
