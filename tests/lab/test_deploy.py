@@ -145,7 +145,13 @@ def test_a_second_run_changes_nothing(lab, first_deploy):
     counts = recap(result.stdout)
     assert set(counts) >= {"node1", "node2", "node3", "localhost"}
     assert {host: c["changed"] for host, c in counts.items()} == {host: 0 for host in counts}, result.stdout[-3000:]
-    assert "vLLM runs as planned" in result.stdout
+    # The fast path: every stage holds on every node, and vLLM still runs the processes verify saw.
+    assert "nothing to do: every stage holds on every node" in result.stdout
+    assert "vLLM runs the processes verified at " in result.stdout
+    full = lab.ansible_playbook("deploy.yml", "-e", "vllm_cluster_full_run=true", timeout=1200)
+    assert {host: c["changed"] for host, c in recap(full.stdout).items()} == {host: 0 for host in counts}
+    assert "no stage skipped: -e vllm_cluster_full_run=true" in full.stdout
+    assert "vLLM runs as planned" in full.stdout
 
 
 def test_check_diff_reports_nothing_to_change(lab, first_deploy):
@@ -153,6 +159,22 @@ def test_check_diff_reports_nothing_to_change(lab, first_deploy):
     counts = recap(result.stdout)
     assert {host: c["changed"] for host, c in counts.items()} == {host: 0 for host in counts}, result.stdout[-3000:]
     assert "--- before" not in result.stdout
+
+
+def test_a_stage_whose_evidence_changed_runs_again_with_every_later_stage(lab, first_deploy):
+    started = lab.ssh("node1", "systemctl show -p InvocationID --value vllm.service").stdout.strip()
+    lab.ssh("node3", "nft delete table inet vllm_cluster")
+    result = lab.ansible_playbook("deploy.yml", timeout=1200)
+    assert "converged on every node, skipped: preflight, network" in result.stdout
+    assert "runs: firewall, runtime, ray, vllm, verify" in result.stdout
+    assert "firewall because node3: `nft --stateless list table inet vllm_cluster` answers differently" in result.stdout
+    changed = {host: c["changed"] for host, c in recap(result.stdout).items()}
+    assert changed["node3"] > 0 and changed["node1"] == changed["node2"] == 0, changed
+    assert "vLLM runs as planned" in result.stdout
+    assert lab.ssh("node3", "nft list table inet vllm_cluster", check=False).returncode == 0
+    assert lab.ssh("node1", "systemctl show -p InvocationID --value vllm.service").stdout.strip() == started
+    again = lab.ansible_playbook("deploy.yml", timeout=600)
+    assert "nothing to do: every stage holds on every node" in again.stdout
 
 
 def test_systemd_reads_exec_start_and_env_file_back(lab, first_deploy):
@@ -286,6 +308,8 @@ def test_teardown_stops_vllm_and_keeps_the_runtime_and_the_plan(lab, first_deplo
                        check=False).stdout.split()
         assert left == [], f"{node} keeps {left}"
         assert lab.ssh(node, f"test -x {VENV}/bin/vllm", check=False).returncode == 0, f"{node} lost the runtime"
+        stamps = lab.ssh(node, "ls /etc/vllm-cluster/stages", check=False).stdout.split()
+        assert stamps == ["firewall.json", "network.json", "preflight.json", "runtime.json"], f"{node}: {stamps}"
     for node in ("node1", "node2"):
         kept = json.loads(lab.ssh(node, "cat /etc/vllm-cluster/plan.previous.json").stdout)
         assert kept["deployment"] == deployment

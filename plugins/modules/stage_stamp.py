@@ -1,0 +1,206 @@
+#!/usr/bin/python
+"""Ansible module stage_stamp: record a completed deploy.yml stage on a node, or check that its record holds."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: stage_stamp
+short_description: Record that a deploy.yml stage completed on a node, or check that the record still holds
+version_added: 0.4.0
+description:
+  - V(record) (the last task of each stage's role) writes
+    C(<dir>/<stage>.json) with the run's input digest and the evidence the
+    stage leaves on the node - fingerprints of its files (content hash, or
+    size and mtime above 4 MiB), each unit's state and InvocationID, and the
+    output digest of its probes.
+  - V(check) reads the stamps of O(stages) and collects the same evidence
+    again; a stage converged on this node has no C(reasons). deploy.yml then
+    skips the stages converged on every node (plugins/module_utils/stage_stamp.py).
+  - V(absent) removes the stamps of O(stages) before they run again, so a
+    stage that fails never keeps an earlier record.
+options:
+  state:
+    description: What to do.
+    type: str
+    choices: [check, record, absent]
+    default: check
+  stages:
+    description: The stages to check or remove (V(check), V(absent)).
+    type: list
+    elements: str
+    default: []
+  stage:
+    description: The stage to record (V(record)).
+    type: str
+  digest:
+    description: The run's input digest for this node (V(check), V(record)).
+    type: str
+  paths:
+    description: Files or directories (one level deep) the stage manages or reads (V(record)).
+    type: list
+    elements: path
+    default: []
+  units:
+    description: systemd units whose state and invocation must stay as they were (V(record)).
+    type: list
+    elements: str
+    default: []
+  probes:
+    description: Commands (argv lists) whose exit status and output must stay the same (V(record)).
+    type: list
+    elements: list
+    default: []
+  dir:
+    description: Where the stamps live.
+    type: path
+    default: /etc/vllm-cluster/stages
+notes:
+  - V(check) only reads and runs the same in check mode; V(record) and V(absent) report what they
+    would change in check mode and write nothing.
+  - A record that differs only in its time is not rewritten, so a converged re-run stays changed=0.
+attributes:
+  check_mode:
+    support: full
+author:
+  - vllm-cluster developers
+"""
+
+EXAMPLES = r"""
+- name: Record the runtime stage
+  vllm_ops.cluster.stage_stamp:
+    state: record
+    stage: runtime
+    digest: "{{ vllm_cluster_stage_digest }}"
+    paths: [/opt/vllm-cluster/venv/pyvenv.cfg, /srv/models/tiny-llama]
+    probes: [[ls, /opt/vllm-cluster/venv/lib/python3.11/site-packages]]
+
+- name: Which stages still hold here?
+  vllm_ops.cluster.stage_stamp:
+    stages: [preflight, network, firewall, runtime, ray, vllm, verify]
+    digest: "{{ vllm_cluster_stage_digest }}"
+  register: stamps
+"""
+
+RETURN = r"""
+stages:
+  description: V(check) - for each stage, why it is not converged on this node ([] when it is) and when it was recorded.
+  returned: state=check
+  type: dict
+  sample: {"runtime": {"reasons": [], "recorded_at": "2026-11-30T15:40:02Z"},
+           "vllm": {"reasons": ["/etc/vllm-cluster/vllm.env is gone"], "recorded_at": "2026-11-30T15:41:10Z"}}
+removed:
+  description: V(absent) - the stamp files removed (or that would be, in check mode).
+  returned: state=absent
+  type: list
+  elements: str
+"""
+
+import json  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.stage_stamp import (  # noqa: E402
+    STAGES,
+    StampError,
+    collect_evidence,
+    differences,
+    evidence_request,
+    same_record,
+    stamp_document,
+)
+
+PROBE_TIMEOUT_S = 60
+
+
+def run(argv):
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
+    except FileNotFoundError:
+        return 127, "", f"{argv[0]}: not found"
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{argv[0]}: no answer within {PROBE_TIMEOUT_S} s"
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def read_stamp(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {"format": "unreadable"}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "state": {"type": "str", "choices": ["check", "record", "absent"], "default": "check"},
+            "stages": {"type": "list", "elements": "str", "default": []},
+            "stage": {"type": "str"},
+            "digest": {"type": "str"},
+            "paths": {"type": "list", "elements": "path", "default": []},
+            "units": {"type": "list", "elements": "str", "default": []},
+            "probes": {"type": "list", "elements": "list", "default": []},
+            "dir": {"type": "path", "default": "/etc/vllm-cluster/stages"},
+        },
+        required_if=[("state", "record", ("stage", "digest")), ("state", "check", ("digest",))],
+        supports_check_mode=True,
+    )
+    params = module.params
+    host = socket.gethostname()
+    unknown = [stage for stage in params["stages"] + [params["stage"] or STAGES[0]] if stage not in STAGES]
+    if unknown:
+        module.fail_json(msg=f"host {host}: unknown stage(s) {', '.join(unknown)}; the stages are {', '.join(STAGES)}")
+
+    def stamp_path(stage):
+        return os.path.join(params["dir"], f"{stage}.json")
+
+    if params["state"] == "check":
+        report = {}
+        for stage in params["stages"]:
+            stamp = read_stamp(stamp_path(stage))
+            current = None
+            if stamp and stamp.get("digest") == params["digest"]:
+                try:
+                    current = collect_evidence(*evidence_request(stamp), run)
+                except (StampError, OSError) as error:
+                    report[stage] = {"reasons": [f"evidence unreadable: {error}"], "recorded_at": stamp.get("recorded_at")}
+                    continue
+            report[stage] = {"reasons": differences(stamp, params["digest"], current),
+                             "recorded_at": (stamp or {}).get("recorded_at")}
+        module.exit_json(changed=False, stages=report)
+
+    if params["state"] == "absent":
+        removed = [stamp_path(stage) for stage in params["stages"] if os.path.lexists(stamp_path(stage))]
+        if not module.check_mode:
+            for path in removed:
+                os.remove(path)
+        module.exit_json(changed=bool(removed), removed=removed)
+
+    try:
+        evidence = collect_evidence(params["paths"], params["units"], params["probes"], run)
+    except (StampError, OSError) as error:
+        module.fail_json(msg=f"host {host}: cannot record stage {params['stage']}: {error}")
+    document = stamp_document(params["stage"], params["digest"], evidence,
+                              time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    path = stamp_path(params["stage"])
+    if same_record(read_stamp(path), document):
+        module.exit_json(changed=False, path=path)
+    if not module.check_mode:
+        os.makedirs(params["dir"], mode=0o755, exist_ok=True)
+        temporary = f"{path}.tmp"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    module.exit_json(changed=True, path=path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""deploy.yml's fast path: stage stamps, what invalidates them, and which stages a run skips."""
+
+import json
+import os
+import subprocess
+
+from ansible_collections.vllm_ops.cluster.plugins.filter.stage_stamp import stages_to_run as stages_filter
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import stage_stamp as stamps
+from test_facts_modules import ANSIBLE, MODULE_PYTHON, REPO
+
+
+def run(argv):
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def record(paths=(), units=(), probes=()):
+    return stamps.stamp_document("vllm", "d1", stamps.collect_evidence(list(paths), list(units), list(probes), run),
+                                 "2026-11-30T00:00:00Z")
+
+
+def again(stamp):
+    return stamps.collect_evidence(*stamps.evidence_request(stamp), run)
+
+
+def test_a_stamp_holds_until_a_file_probe_or_input_changes(tmp_path):
+    env = tmp_path / "vllm.env"
+    env.write_text("VLLM_HOST_IP=10.0.0.1\n")
+    drop_ins = tmp_path / "vllm.service.d"
+    drop_ins.mkdir()
+    stamp = record([str(env), str(drop_ins), str(tmp_path / "never")], probes=[["cat", str(env)]])
+    assert stamps.differences(stamp, "d1", again(stamp)) == []
+    assert stamps.differences(stamp, "d2", again(stamp)) == [
+        "the inputs changed (plan, inventory variables or vllm-cluster's code)"]
+
+    (drop_ins / "override.conf").write_text("[Service]\nExecStart=\n")
+    assert stamps.differences(stamp, "d1", again(stamp)) == [f"{drop_ins}: override.conf changed"]
+    (drop_ins / "override.conf").unlink()
+
+    env.write_text("VLLM_HOST_IP=10.0.0.2\n")
+    assert stamps.differences(stamp, "d1", again(stamp)) == [f"{env} changed", f"`cat {env}` answers differently"]
+    env.unlink()
+    assert stamps.differences(stamp, "d1", again(stamp))[0] == f"{env} is gone"
+    (tmp_path / "never").write_text("")
+    assert f"{tmp_path / 'never'} appeared" in stamps.differences(stamp, "d1", again(stamp))
+
+
+def test_a_mode_change_counts_and_large_files_are_fingerprinted_without_reading(tmp_path):
+    small, large = tmp_path / "config.json", tmp_path / "model.safetensors"
+    small.write_text("{}")
+    with open(large, "wb") as handle:
+        handle.truncate(stamps.HASH_LIMIT + 1)
+    stamp = record([str(small), str(large)])
+    assert "sha256=" in stamp["evidence"]["paths"][str(small)]
+    assert f"size={stamps.HASH_LIMIT + 1}" in stamp["evidence"]["paths"][str(large)]
+    os.chmod(small, 0o600)
+    os.utime(large, ns=(1, 1))
+    assert stamps.differences(stamp, "d1", again(stamp)) == [f"{small} changed", f"{large} changed"]
+
+
+def test_a_unit_that_stopped_or_restarted_is_named():
+    shown = "ActiveState=active\nSubState=running\nInvocationID=0a1b2c3d4e5f\n"
+    was = stamps.unit_evidence(shown)
+    assert was == {"active_state": "active", "sub_state": "running", "invocation": "0a1b2c3d4e5f"}
+    stamp = {"format": stamps.FORMAT, "digest": "d", "evidence": {"units": {"vllm.service": was}}}
+    restarted = {"units": {"vllm.service": dict(was, invocation="99887766aabb")}}
+    stopped = {"units": {"vllm.service": dict(was, active_state="failed", invocation="")}}
+    assert stamps.differences(stamp, "d", {"units": {"vllm.service": was}}) == []
+    assert stamps.differences(stamp, "d", restarted) == ["vllm.service restarted since (invocation 0a1b2c3d -> 99887766)"]
+    assert stamps.differences(stamp, "d", stopped) == ["vllm.service is failed (was active)"]
+    assert stamps.differences(None, "d", None) == ["no record of a completed run"]
+    assert stamps.differences({"format": "unreadable"}, "d", None)[0].startswith("stamp format unreadable")
+
+
+def test_only_a_converged_prefix_of_stages_is_skipped_and_every_node_must_agree():
+    converged = {stage: [] for stage in stamps.STAGES}
+    both = {"node1": dict(converged), "node2": dict(converged)}
+    assert stamps.stages_to_run(both) == {"skip": list(stamps.STAGES), "run": [], "reasons": {}}
+    # vllm.env gone on node2: vllm and everything after it run, even though verify still holds there.
+    both["node2"] = dict(converged, vllm=["/etc/vllm-cluster/vllm.env is gone"])
+    decision = stamps.stages_to_run(both)
+    assert decision["skip"] == ["preflight", "network", "firewall", "runtime", "ray"]
+    assert decision["run"] == ["vllm", "verify"]
+    assert decision["reasons"] == {"vllm": ["node2: /etc/vllm-cluster/vllm.env is gone"]}
+    # An earlier stage that does not hold runs every later stage too.
+    both["node1"] = dict(converged, network=["/etc/vllm-cluster/env changed"])
+    assert stamps.stages_to_run(both)["skip"] == ["preflight"]
+    assert stamps.stages_to_run({"node1": converged}, force=True)["skip"] == []
+    # --tags vllm,verify clears (runs) only those; other tags clear every stage.
+    assert stamps.stages_to_run({"node1": converged}, force=True, tags=["verify", "vllm"])["run"] == ["vllm", "verify"]
+    assert stamps.stages_to_run({"node1": converged}, force=True, tags=["vllm_service_configure"])["run"] == list(
+        stamps.STAGES)
+    assert stamps.stages_to_run({})["skip"] == []
+
+
+def test_the_filter_reads_the_module_results_and_says_what_runs_and_why():
+    held = {stage: {"reasons": [], "recorded_at": "t1"} for stage in stamps.STAGES}
+    converged = stages_filter({"node1": held, "node2": held})
+    assert converged["run"] == []
+    assert converged["summary"] == ["converged on every node, skipped: " + ", ".join(stamps.STAGES),
+                                    "nothing to do: every stage holds on every node",
+                                    "vLLM runs the processes verified at t1 (node1), t1 (node2)"]
+    gone = dict(held, vllm={"reasons": ["/etc/vllm-cluster/vllm.env is gone"], "recorded_at": "t0"})
+    partial = stages_filter({"node1": held, "node2": gone})
+    assert partial["summary"] == ["converged on every node, skipped: preflight, network, firewall, runtime, ray",
+                                  "runs: vllm, verify", "  vllm because node2: /etc/vllm-cluster/vllm.env is gone"]
+    assert stages_filter({"node1": held, "node2": {}})["skip"] == []
+    # The mp backend has no ray stage: a missing ray stamp does not stop the fast path there.
+    mp = [stage for stage in stamps.STAGES if stage != "ray"]
+    no_ray = {stage: entry for stage, entry in held.items() if stage != "ray"}
+    assert stages_filter({"node1": no_ray}, stages=mp) == dict(stages_filter({"node1": held}), skip=mp, summary=[
+        "converged on every node, skipped: " + ", ".join(mp), "nothing to do: every stage holds on every node",
+        "vLLM runs the processes verified at t1 (node1)"])
+    forced = stages_filter({"node1": held}, forced_by="-e vllm_cluster_full_run=true")
+    assert forced["run"] == list(stamps.STAGES)
+    assert forced["summary"] == ["no stage skipped: -e vllm_cluster_full_run=true", "runs: " + ", ".join(stamps.STAGES)]
+
+
+def test_the_input_digest_follows_the_plan_the_variables_and_the_code(tmp_path):
+    plan = {"tp": 2, "nodes": [{"host": "node1"}]}
+    base = stamps.inputs_digest(plan, {"a": 1, "b": [1, 2]}, "c")
+    assert base == stamps.inputs_digest(dict(reversed(list(plan.items()))), {"b": [1, 2], "a": 1}, "c")
+    assert base != stamps.inputs_digest(dict(plan, tp=1), {"a": 1, "b": [1, 2]}, "c")
+    assert base != stamps.inputs_digest(plan, {"a": 2, "b": [1, 2]}, "c")
+    assert base != stamps.inputs_digest(plan, {"a": 1, "b": [1, 2]}, "d")
+
+    for part in ("roles/r/tasks", "plugins", "playbooks"):
+        (tmp_path / part).mkdir(parents=True)
+    (tmp_path / "deploy.yml").write_text("---\n")
+    (tmp_path / "roles/r/tasks/main.yml").write_text("---\n")
+    code = stamps.code_digest(tmp_path)
+    (tmp_path / "plugins/__pycache__").mkdir()
+    (tmp_path / "plugins/__pycache__/x.pyc").write_bytes(b"\0")
+    assert stamps.code_digest(tmp_path) == code
+    (tmp_path / "roles/r/tasks/main.yml").write_text("---\n- name: new\n")
+    assert stamps.code_digest(tmp_path) != code
+    assert stamps.code_digest(REPO) == stamps.code_digest(REPO)
+
+
+def test_the_module_records_checks_and_clears_through_ansible(tmp_path):
+    env = tmp_path / "vllm.env"
+    env.write_text("A=1\n")
+    stamp_dir = tmp_path / "stages"
+    common = {"dir": str(stamp_dir)}
+    tasks = [
+        {"name": "record in check mode", "check_mode": True, "vllm_ops.cluster.stage_stamp": dict(
+            common, state="record", stage="vllm", digest="d1", paths=[str(env)], probes=[["cat", str(env)]])},
+        {"name": "record", "vllm_ops.cluster.stage_stamp": dict(
+            common, state="record", stage="vllm", digest="d1", paths=[str(env)], probes=[["cat", str(env)]])},
+        {"name": "record again", "vllm_ops.cluster.stage_stamp": dict(
+            common, state="record", stage="vllm", digest="d1", paths=[str(env)], probes=[["cat", str(env)]])},
+        {"name": "check", "vllm_ops.cluster.stage_stamp": dict(common, stages=["runtime", "vllm"], digest="d1")},
+        {"name": "edit", "ansible.builtin.copy": {"content": "A=2\n", "dest": str(env)}},
+        {"name": "check after edit", "vllm_ops.cluster.stage_stamp": dict(common, stages=["vllm"], digest="d1")},
+        {"name": "clear", "vllm_ops.cluster.stage_stamp": dict(common, state="absent", stages=["vllm", "verify"])},
+        {"name": "unknown stage", "vllm_ops.cluster.stage_stamp": dict(common, stages=["vllmm"], digest="d1"),
+         "ignore_errors": True},
+    ]
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    proc = subprocess.run(
+        [str(ANSIBLE.with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={MODULE_PYTHON}", str(playbook)],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    result = {t["task"]["name"]: t["hosts"]["localhost"] for t in json.loads(proc.stdout)["plays"][0]["tasks"]}
+    assert result["record in check mode"]["changed"] and result["record"]["changed"]
+    assert not result["record again"]["changed"]
+    assert result["check"]["stages"]["vllm"]["reasons"] == []
+    assert result["check"]["stages"]["runtime"]["reasons"] == ["no record of a completed run"]
+    assert result["check after edit"]["stages"]["vllm"]["reasons"] == [
+        f"{env} changed", f"`cat {env}` answers differently"]
+    assert result["clear"]["removed"] == [str(stamp_dir / "vllm.json")] and not (stamp_dir / "vllm.json").exists()
+    assert result["unknown stage"]["failed"] and "unknown stage(s) vllmm" in result["unknown stage"]["msg"]
+
