@@ -59,6 +59,7 @@ notes:
   - V(check) only reads and runs the same in check mode; V(record) and V(absent) report what they
     would change in check mode and write nothing.
   - A record that differs only in its time is not rewritten, so a converged re-run stays changed=0.
+  - Stamps are root-only (directory 0700, files 0600): the digest covers the inventory's variables.
 attributes:
   check_mode:
     support: full
@@ -192,12 +193,14 @@ def main():
     if same_record(read_stamp(path), document):
         module.exit_json(changed=False, path=path)
     if not module.check_mode:
-        os.makedirs(params["dir"], mode=0o755, exist_ok=True)
+        # Root only: the digest covers the inventory's variables, the API key among them.
+        os.makedirs(params["dir"], mode=0o700, exist_ok=True)
+        os.chmod(params["dir"], 0o700)
         temporary = f"{path}.tmp"
-        with open(temporary, "w", encoding="utf-8") as handle:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             json.dump(document, handle, indent=2, sort_keys=True)
             handle.write("\n")
-        os.chmod(temporary, 0o644)
         os.replace(temporary, path)
     module.exit_json(changed=True, path=path)
 

@@ -155,6 +155,8 @@ def test_the_module_records_checks_and_clears_through_ansible(tmp_path):
         {"name": "clear", "vllm_ops.cluster.stage_stamp": dict(common, state="absent", stages=["vllm", "verify"])},
         {"name": "unknown stage", "vllm_ops.cluster.stage_stamp": dict(common, stages=["vllmm"], digest="d1"),
          "ignore_errors": True},
+        {"name": "record after the clear", "vllm_ops.cluster.stage_stamp": dict(
+            common, state="record", stage="vllm", digest="d2", paths=[str(env)])},
     ]
     playbook = tmp_path / "play.yml"
     playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
@@ -171,6 +173,11 @@ def test_the_module_records_checks_and_clears_through_ansible(tmp_path):
     assert result["check"]["stages"]["runtime"]["reasons"] == ["no record of a completed run"]
     assert result["check after edit"]["stages"]["vllm"]["reasons"] == [
         f"{env} changed", f"`cat {env}` answers differently"]
-    assert result["clear"]["removed"] == [str(stamp_dir / "vllm.json")] and not (stamp_dir / "vllm.json").exists()
+    assert result["clear"]["removed"] == [str(stamp_dir / "vllm.json")]
+    # Root only: the digest covers the inventory's variables.
+    assert oct(stamp_dir.stat().st_mode & 0o777) == "0o700"
+    assert oct((stamp_dir / "vllm.json").stat().st_mode & 0o777) == "0o600"
+    recorded = json.loads((stamp_dir / "vllm.json").read_text())
+    assert recorded["stage"] == "vllm" and recorded["digest"] == "d2" and str(env) in recorded["evidence"]["paths"]
     assert result["unknown stage"]["failed"] and "unknown stage(s) vllmm" in result["unknown stage"]["msg"]
 
