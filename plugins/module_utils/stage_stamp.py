@@ -20,6 +20,8 @@ import shlex
 import stat
 from pathlib import Path
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor_catalog import parse_systemctl_show
+
 STAGES = ("preflight", "network", "firewall", "runtime", "ray", "vllm", "verify")
 STAMP_DIR = "/etc/vllm-cluster/stages"
 FORMAT = 1
@@ -65,7 +67,7 @@ def path_fingerprint(path: str):
 
 def unit_evidence(show_output: str) -> dict:
     """ActiveState, SubState and InvocationID from `systemctl show -p ...` output."""
-    values = dict(line.split("=", 1) for line in show_output.splitlines() if "=" in line)
+    values = parse_systemctl_show(show_output)
     return {
         "active_state": values.get("ActiveState", "unknown"),
         "sub_state": values.get("SubState", "unknown"),
