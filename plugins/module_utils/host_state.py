@@ -1,0 +1,64 @@
+"""What a role needs to know about a node before it changes anything, read in one module run (module host_state).
+
+Paths (exists, kind, executable, sha256 of a regular file), users (passwd
+entry), systemd units (load, active and unit-file state) and systemd's
+version: the reads that were one task each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import re
+import stat
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor_catalog import parse_systemctl_show
+
+UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "FragmentPath")
+_SYSTEMD_VERSION = re.compile(r"^systemd (\d+)")
+
+
+def systemd_major(version_output: str) -> int:
+    """`systemctl --version`'s first line 'systemd 252 (252.33-1~deb12u1)' -> 252; 0 when unreadable."""
+    match = _SYSTEMD_VERSION.match((version_output or "").strip())
+    return int(match.group(1)) if match else 0
+
+
+def path_state(path: str, checksum: bool) -> dict:
+    """exists, kind (file, directory, link, other), executable by someone, and sha256 of a regular file when asked."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return {"exists": os.path.islink(path), "kind": "link" if os.path.islink(path) else None,
+                "executable": False, "sha256": None}
+    kind = "file" if stat.S_ISREG(info.st_mode) else "directory" if stat.S_ISDIR(info.st_mode) else "other"
+    digest = None
+    if checksum and kind == "file":
+        hasher = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                hasher.update(block)
+        digest = hasher.hexdigest()
+    return {"exists": True, "kind": kind, "executable": kind == "file" and bool(info.st_mode & 0o111),
+            "sha256": digest}
+
+
+def user_state(name: str) -> dict | None:
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    return {"uid": entry.pw_uid, "gid": entry.pw_gid, "home": entry.pw_dir, "shell": entry.pw_shell}
+
+
+def unit_state(show_output: str) -> dict:
+    """`systemctl show -p LoadState -p ActiveState ...` -> load_state, active_state, sub_state, unit_file_state, path."""
+    values = parse_systemctl_show(show_output)
+    return {
+        "load_state": values.get("LoadState", "unknown"),
+        "active_state": values.get("ActiveState", "unknown"),
+        "sub_state": values.get("SubState", "unknown"),
+        "unit_file_state": values.get("UnitFileState", ""),
+        "fragment_path": values.get("FragmentPath", ""),
+    }
