@@ -45,8 +45,12 @@ def _ids(owner: str, group: str, where: str) -> tuple[int, int]:
     return uid, gid
 
 
-def normalize(files: list, directories: list) -> tuple[list, list]:
-    """The request with modes as numbers and owners as ids; ManagedFilesError names the bad entry."""
+def normalize(files: list, directories: list, secrets: dict | None = None) -> tuple[list, list]:
+    """The request with modes as numbers and owners as ids; ManagedFilesError names the bad entry.
+
+    A file marked `secret` takes its text from secrets[dest] (passed apart, so it is never logged).
+    """
+    secrets = secrets or {}
     seen = set()
     wanted_dirs = []
     for entry in directories:
@@ -68,12 +72,16 @@ def normalize(files: list, directories: list) -> tuple[list, list]:
             raise ManagedFilesError(f"{where}: state {entry['state']!r}; expected one of {', '.join(STATES)}")
         wanted = {"dest": dest, "state": entry["state"], "backup": bool(entry["backup"])}
         if entry["state"] == "present":
-            given = [key for key in ("content", "secret_content") if entry.get(key) is not None]
-            if len(given) != 1:
-                raise ManagedFilesError(f"{where}: give exactly one of content or secret_content (got {len(given)})")
-            secret = given[0] == "secret_content"
+            secret = bool(entry.get("secret"))
+            if secret and entry.get("content") is not None:
+                raise ManagedFilesError(f"{where}: a secret file takes its text from secrets, not content")
+            if secret and secrets.get(dest) is None:
+                raise ManagedFilesError(f"{where}: marked secret, but secrets has no text for it")
+            if not secret and entry.get("content") is None:
+                raise ManagedFilesError(f"{where}: no content (or secret: true with its text in secrets)")
+            text = secrets[dest] if secret else entry["content"]
             uid, gid = _ids(entry["owner"], entry["group"], where)
-            wanted.update(data=entry[given[0]].encode("utf-8"), secret=secret, diff=bool(entry["diff"]) and not secret,
+            wanted.update(data=str(text).encode("utf-8"), secret=secret, diff=bool(entry["diff"]) and not secret,
                           mode=_mode(entry["mode"], where), uid=uid, gid=gid)
         wanted_files.append(wanted)
     return wanted_files, wanted_dirs

@@ -13,8 +13,8 @@ description:
     M(ansible.builtin.copy), M(ansible.builtin.file)); the content is rendered on the controller
     (for example with the P(ansible.builtin.template#lookup) lookup).
   - A file that differs (content, mode, owner or group) is written to a temporary file beside it
-    with its final mode and owner already set, then renamed over it. A file with O(files[].secret_content)
-    is never shown in a diff or in the module's arguments.
+    with its final mode and owner already set, then renamed over it. A file marked O(files[].secret)
+    takes its text from O(secrets), which is never logged, shown in a diff or returned.
   - O(files[].backup) keeps a copy of the file being replaced and returns its path (the rollback of
     vllm_service puts it back).
 options:
@@ -28,6 +28,13 @@ options:
       mode: {description: Octal mode such as V('0755')., type: str, default: '0755'}
       owner: {description: Owner., type: str, default: root}
       group: {description: Group., type: str, default: root}
+  secrets:
+    description:
+      - The text of the files marked O(files[].secret), by destination. A top-level C(no_log) option, so
+        Ansible never logs it (a C(no_log) suboption inside a list is still written to the node's journal
+        in the module's "Invoked with" line).
+    type: dict
+    default: {}
   files:
     description: The files, written in this order after the directories.
     type: list
@@ -41,9 +48,11 @@ options:
         choices: [present, absent]
         default: present
       content: {description: The file's text., type: str}
-      secret_content:
-        description: The file's text when it is a secret (never logged or diffed); instead of O(files[].content).
-        type: str
+      secret:
+        description:
+          - The file's text is O(secrets)[O(files[].dest)] (never logged or diffed) instead of O(files[].content).
+        type: bool
+        default: false
       mode: {description: Octal mode such as V('0644')., type: str, default: '0644'}
       owner: {description: Owner., type: str, default: root}
       group: {description: Group., type: str, default: root}
@@ -68,8 +77,10 @@ EXAMPLES = r"""
     files:
       - {dest: /etc/vllm-cluster/vllm.env, content: "{{ lookup('ansible.builtin.template', 'vllm.env.j2') }}",
          mode: '0600', backup: true}
-      - {dest: /etc/vllm-cluster/api-key.env, secret_content: "VLLM_API_KEY={{ key }}\n", mode: '0600'}
+      - {dest: /etc/vllm-cluster/api-key.env, secret: true, mode: '0600'}
       - {dest: /etc/vllm-cluster/old.env, state: absent}
+    secrets:
+      /etc/vllm-cluster/api-key.env: "VLLM_API_KEY={{ key }}\n"
   register: written
 """
 
@@ -101,6 +112,7 @@ OWNERSHIP = {"owner": {"type": "str", "default": "root"}, "group": {"type": "str
 def main():
     module = AnsibleModule(
         argument_spec={
+            "secrets": {"type": "dict", "default": {}, "no_log": True},
             "directories": {"type": "list", "elements": "dict", "default": [], "options": {
                 "path": {"type": "path", "required": True},
                 "mode": {"type": "str", "default": "0755"},
@@ -110,7 +122,7 @@ def main():
                 "dest": {"type": "path", "required": True},
                 "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
                 "content": {"type": "str"},
-                "secret_content": {"type": "str", "no_log": True},
+                "secret": {"type": "bool", "default": False},
                 "mode": {"type": "str", "default": "0644"},
                 "backup": {"type": "bool", "default": False},
                 "diff": {"type": "bool", "default": True},
@@ -126,7 +138,7 @@ def main():
 
     host = socket.gethostname()
     try:
-        files, directories = normalize(module.params["files"], module.params["directories"])
+        files, directories = normalize(module.params["files"], module.params["directories"], module.params["secrets"])
         result = apply(files, directories, module.check_mode, module.backup_local, selinux_context)
     except ManagedFilesError as error:
         module.fail_json(msg=f"host {host}: {error}")

@@ -18,7 +18,7 @@ GROUP = grp.getgrgid(os.getgid()).gr_name
 
 
 def entry(dest, **given):
-    base = {"dest": str(dest), "state": "present", "content": None, "secret_content": None, "mode": "0644",
+    base = {"dest": str(dest), "state": "present", "content": None, "secret": False, "mode": "0644",
             "owner": OWNER, "group": GROUP, "backup": False, "diff": True}
     return {**base, **given}
 
@@ -27,7 +27,7 @@ def directory(path, mode="0755"):
     return {"path": str(path), "mode": mode, "owner": OWNER, "group": GROUP}
 
 
-def apply(files, directories=(), check_mode=False):
+def apply(files, directories=(), check_mode=False, secrets=None):
     backups = []
 
     def backup(path):
@@ -37,7 +37,7 @@ def apply(files, directories=(), check_mode=False):
         backups.append(copy)
         return copy
 
-    wanted_files, wanted_dirs = mf.normalize(list(files), list(directories))
+    wanted_files, wanted_dirs = mf.normalize(list(files), list(directories), secrets)
     return mf.apply(wanted_files, wanted_dirs, check_mode, backup)
 
 
@@ -45,9 +45,10 @@ def test_files_are_created_then_left_alone_and_a_change_keeps_a_backup(tmp_path)
     conf = tmp_path / "etc" / "vllm-cluster"
     env, key = conf / "vllm.env", conf / "api-key.env"
     request = [entry(env, content="A=1\n", mode="0600", backup=True),
-               entry(key, secret_content="VLLM_API_KEY=s3cret\n", mode="0600", backup=True)]
+               entry(key, secret=True, mode="0600", backup=True)]
+    secrets = {str(key): "VLLM_API_KEY=s3cret\n"}
 
-    first = apply(request, [directory(conf)])
+    first = apply(request, [directory(conf)], secrets=secrets)
     assert first["changed"] and first["directories"][str(conf)]["changed"]
     assert first["files"][str(env)] == {"changed": True, "state": "present", "reasons": ["created"]}
     assert env.read_text() == "A=1\n" and stat.S_IMODE(env.stat().st_mode) == 0o600
@@ -56,7 +57,7 @@ def test_files_are_created_then_left_alone_and_a_change_keeps_a_backup(tmp_path)
     assert first["diff"][0] == {"before_header": str(env), "after_header": str(env), "before": "", "after": "A=1\n"}
     assert "s3cret" not in json.dumps(first) and "not shown" in first["diff"][1]["prepared"]
 
-    again = apply(request, [directory(conf)])
+    again = apply(request, [directory(conf)], secrets=secrets)
     assert not again["changed"] and again["diff"] == []
     assert all(not f["changed"] for f in again["files"].values())
 
@@ -106,8 +107,9 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
 
 @pytest.mark.parametrize("bad, message", [
     (entry("relative/vllm.env", content="x"), "file relative/vllm.env: expected an absolute path"),
-    (entry("/etc/x.env", content="x", secret_content="y"), "give exactly one of content or secret_content (got 2)"),
-    (entry("/etc/x.env"), "give exactly one of content or secret_content (got 0)"),
+    (entry("/etc/x.env", content="x", secret=True), "a secret file takes its text from secrets, not content"),
+    (entry("/etc/x.env", secret=True), "marked secret, but secrets has no text for it"),
+    (entry("/etc/x.env"), "no content (or secret: true with its text in secrets)"),
     (entry("/etc/x.env", content="x", mode="rw-r--r--"), "mode 'rw-r--r--' is not an octal number"),
     (entry("/etc/x.env", content="x", owner="no-such-user-here"), "owner 'no-such-user-here' does not exist"),
 ])
@@ -163,8 +165,8 @@ def test_both_modules_through_ansible_keep_the_secret_out_of_the_output(tmp_path
     write = {"directories": [{"path": str(conf), "owner": OWNER, "group": GROUP}],
              "files": [{"dest": str(env), "content": "A=1\n", "mode": "0600", "backup": True, "owner": OWNER,
                         "group": GROUP},
-                       {"dest": str(key), "secret_content": "VLLM_API_KEY=t0p-s3cret\n", "mode": "0600",
-                        "owner": OWNER, "group": GROUP}]}
+                       {"dest": str(key), "secret": True, "mode": "0600", "owner": OWNER, "group": GROUP}],
+             "secrets": {str(key): 'VLLM_API_KEY="t0p-s3cret"\n'}}
     read = {"paths": [str(env), str(tmp_path / "absent")], "checksums": [str(env)], "users": ["root"]}
     tasks = [
         {"name": "preview", "check_mode": True, "vllm_ops.cluster.managed_files": write},
@@ -177,8 +179,30 @@ def test_both_modules_through_ansible_keep_the_secret_out_of_the_output(tmp_path
     assert "t0p-s3cret" not in output
     assert result["preview"]["changed"] and result["write"]["changed"] and not result["again"]["changed"]
     assert result["write"]["files"][str(key)]["reasons"] == ["created"]
-    assert key.read_text() == "VLLM_API_KEY=t0p-s3cret\n"
+    assert key.read_text() == 'VLLM_API_KEY="t0p-s3cret"\n'
     assert result["read"]["paths"][str(env)]["sha256"] == hashlib.sha256(b"A=1\n").hexdigest()
     assert result["read"]["paths"][str(tmp_path / "absent")]["exists"] is False
     assert result["read"]["users"]["root"]["uid"] == 0 and result["read"]["systemd_version"] > 0
     assert result["read in check mode"]["paths"] == result["read"]["paths"]
+
+
+def test_the_secret_is_not_in_the_invocation_the_module_logs_on_the_node(tmp_path, monkeypatch, capsys):
+    """The "Invoked with ..." line AnsibleModule writes to the node's journal (a no_log suboption inside a
+    list was still written there: the line holds the list's repr, where the quotes and newline are escaped)."""
+    from ansible.module_utils import basic
+    from ansible_collections.vllm_ops.cluster.plugins.modules import managed_files as module
+
+    key = tmp_path / "api-key.env"
+    args = {"files": [{"dest": str(key), "secret": True, "mode": "0600", "owner": OWNER, "group": GROUP}],
+            "secrets": {str(key): 'VLLM_API_KEY="t0p-s3cret"\n'}, "_ansible_check_mode": False}
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode())
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
+    logged = []
+    monkeypatch.setattr(basic.AnsibleModule, "log", lambda self, msg, log_args=None: logged.append(msg))
+    with pytest.raises(SystemExit):
+        module.main()
+    result = json.loads(capsys.readouterr().out)
+    assert result["changed"] and key.read_text() == 'VLLM_API_KEY="t0p-s3cret"\n'
+    assert logged and logged[0].startswith("Invoked with") and "NOT_LOGGING_PARAMETER" in logged[0]
+    assert not any("t0p-s3cret" in line for line in logged)
+    assert "t0p-s3cret" not in json.dumps(result)
