@@ -5,7 +5,7 @@
 
 On a host with NVIDIA GPUs and PyTorch (no vLLM needed):
 1. the live facts: `nvidia-smi -q -x`, `topo -m`, `nvlink -s`, summarised by
-   plugins/module_utils/nvidia_smi.py exactly as the gpu_facts module does;
+   plugins/module_utils/facts/nvidia_smi.py exactly as the gpu_facts module does;
 2. the plan: plugins/module_utils/planner.py on those facts (one node), for a
    model that does not fit one GPU;
 3. the proof: on each GPU of the plan, the free memory before (cudaMemGetInfo),
@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "collections"))
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.nvidia_smi import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi import (  # noqa: E402
     parse_nvlink_status,
     parse_query_xml,
     parse_topo_matrix,

@@ -234,8 +234,10 @@ capture settings-after.csv nvidia-smi "$SETTINGS_QUERY" --format=csv
 # ---- summary through the project's own parsers ---------------------------------------------------
 "$PY" - "$CAP" "$OUT_DIR" "$CPU_SMOKE" >>"$LOG" 2>&1 <<'EOF'
 import glob, json, os, sys
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import (
-    allreduce_bandwidth as bw, gpu_balance, nccl_transport, nvidia_smi)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import allreduce_bandwidth as bw
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import gpu_balance
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import nccl_transport
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
 
 cap, out, smoke = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 GIB = bw.GIB

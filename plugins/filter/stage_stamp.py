@@ -8,7 +8,7 @@ author: vllm-cluster developers
 version_added: "0.4.0"
 short_description: One digest of what a deploy.yml run asks of a node
 description:
-  - Thin shell over C(plugins/module_utils/stage_stamp.py). sha256 over the plan, the node's
+  - Thin shell over C(plugins/module_utils/deploy/stage_stamp.py). sha256 over the plan, the node's
     project variables and vllm-cluster's code digest (lookup C(vllm_ops.cluster.code_digest)).
   - The same file provides C(stages_to_run) - from every node's C(stage_stamp) check, the stages
     deploy.yml skips (converged on every node, and every stage before them) and the ones it runs,
@@ -43,7 +43,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import stage_stamp  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import stage_stamp  # noqa: E402
 
 
 def stage_inputs_digest(plan, variables, code):

@@ -8,7 +8,7 @@ author: vllm-cluster developers
 version_added: "0.1.0"
 short_description: The plan node's vllm serve argv for a rollout stage
 description:
-  - Thin shell over C(plugins/module_utils/vllm_unit.py). Stage V(final) is the plan's argv as it is;
+  - Thin shell over C(plugins/module_utils/render/vllm_unit.py). Stage V(final) is the plan's argv as it is;
     stage V(eager) adds C(--enforce-eager) (the seed's functional first start).
   - Refuses the eager stage where it is known to break (PP on the CPU platform) with one message
     that names the node and the reason.
@@ -47,7 +47,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import vllm_unit  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.render import vllm_unit  # noqa: E402
 
 
 def vllm_stage_argv(node, plan, stage="final"):

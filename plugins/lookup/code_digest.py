@@ -28,7 +28,7 @@ _raw:
 from pathlib import Path  # noqa: E402
 
 from ansible.plugins.lookup import LookupBase  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.stage_stamp import code_digest  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.stage_stamp import code_digest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 _CACHE: dict = {}

@@ -17,8 +17,11 @@ import ipaddress
 import math
 import re
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import model_config as mc
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.network_env import NetworkEnvError, network_env
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.network_env import (
+    NetworkEnvError,
+    network_env,
+)
 
 PLAN_VERSION = 1
 # The release whose flags and log lines the plan targets: tested with

@@ -108,7 +108,7 @@ ansible_facts:
 import socket  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.cpuinfo import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.cpuinfo import (  # noqa: E402
     CpuInfoParseError,
     read_cpu_sources,
     summarize_cpu,

@@ -18,7 +18,7 @@ description:
     Ray's node list when this node runs the Ray head.
   - GPU processes and InfiniBand ports come from M(vllm_ops.cluster.gpu_facts) and
     M(vllm_ops.cluster.ib_facts); the analysis runs on the controller
-    (C(plugins/module_utils/doctor_catalog.py)).
+    (C(plugins/module_utils/doctor/catalog.py)).
   - Every command is bounded by O(timeout); a command that fails or is missing is recorded in
     C(errors) and the rest is still gathered, because a broken node is what the doctor is for.
 options:
@@ -171,7 +171,7 @@ import socket  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor_catalog import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import (  # noqa: E402
     firewall_accepted_sources,
     firewall_rules,
     parse_env_file,
@@ -181,7 +181,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor_catalog im
     parse_systemctl_show,
     select_invocation,
 )
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan_history import plan_summary  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.history import plan_summary  # noqa: E402
 
 UNIT_PROPERTIES = (
     "Id", "LoadState", "ActiveState", "SubState", "Result", "ExecMainStatus", "ExecMainPID", "MainPID",

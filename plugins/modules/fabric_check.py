@@ -18,7 +18,7 @@ description:
     C(vllm_ops.cluster.port_probe) with C(action=connect)) succeeded; the
     failures are printed as a table of source, destination, address and port,
     interface and error, followed by the likely cause when the pattern shows one.
-  - The judgement is C(plugins/module_utils/reachability.py).
+  - The judgement is C(plugins/module_utils/verify/reachability.py).
 options:
   checks:
     description: Which checks to run.
@@ -82,7 +82,7 @@ message:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.reachability import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.reachability import (  # noqa: E402
     FabricError,
     check_ib,
     check_mtu,

@@ -14,7 +14,7 @@ description:
     torch to that interface and address - C(VLLM_HOST_IP), C(NCCL_SOCKET_IFNAME),
     C(GLOO_SOCKET_IFNAME), C(TP_SOCKET_IFNAME), and C(NCCL_IB_HCA) (or
     C(NCCL_IB_DISABLE=1) without HCAs) - with C(network_env()) of
-    C(plugins/module_utils/network_env.py), the same function the planner uses.
+    C(plugins/module_utils/plan/network_env.py), the same function the planner uses.
   - Reads only its arguments (Ansible's network facts of the node); it sets nothing.
   - Fails naming the host, the interface and the interfaces that exist when the
     interface is missing, and the key when O(extra_env) tries to override a derived variable.
@@ -90,11 +90,11 @@ mtu:
 import socket  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.network_env import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.network_env import (  # noqa: E402
     NetworkEnvError,
     network_env,
 )
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.reachability import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.reachability import (  # noqa: E402
     FabricError,
     fabric_address,
 )

@@ -89,7 +89,7 @@ ansible_facts:
   contains:
     vllm_gpu:
       description:
-        - GPU summary; every key is described in the docstring of C(summarize_gpus) in C(plugins/module_utils/nvidia_smi.py).
+        - GPU summary; every key is described in the docstring of C(summarize_gpus) in C(plugins/module_utils/facts/nvidia_smi.py).
       returned: always
       type: dict
       contains:
@@ -170,7 +170,7 @@ import os  # noqa: E402
 import socket  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.nvidia_smi import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi import (  # noqa: E402
     NvidiaSmiParseError,
     absent_summary,
     parse_nvlink_status,

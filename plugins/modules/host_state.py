@@ -75,7 +75,7 @@ systemd_version:
 import socket  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.host_state import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.host_state import (  # noqa: E402
     UNIT_PROPERTIES,
     path_state,
     systemd_major,

@@ -131,7 +131,7 @@ import os  # noqa: E402
 import socket  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.ibstat import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.ibstat import (  # noqa: E402
     IbParseError,
     absent_summary,
     parse_ibdev2netdev,

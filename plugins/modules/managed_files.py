@@ -100,7 +100,7 @@ directories:
 import socket  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.managed_files import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.managed_files import (  # noqa: E402
     ManagedFilesError,
     apply,
     normalize,

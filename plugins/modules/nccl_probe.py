@@ -202,9 +202,9 @@ import signal  # noqa: E402
 import subprocess  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import (  # noqa: E402
-    allreduce_bandwidth,
-    nccl_transport,
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import (
+    allreduce_bandwidth,  # noqa: E402
+    nccl_transport,  # noqa: E402
 )
 
 # Seconds the module waits beyond the probe's own --timeout before killing it.

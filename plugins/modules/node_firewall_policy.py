@@ -18,7 +18,7 @@ description:
     ephemeral range) for everyone else."
   - The cluster's own nodes are, with O(scope=deployment), every host the plan was made for
     (C(plan.cluster.nodes), their fabric addresses); with O(scope=plan), only the nodes that run ranks
-    (C(plan.nodes)). The logic is C(plugins/module_utils/nft_policy.py).
+    (C(plan.nodes)). The logic is C(plugins/module_utils/render/nft_policy.py).
 options:
   plan:
     description: The deployment plan (C(vllm_cluster_plan)).
@@ -124,7 +124,7 @@ protected_ports:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.nft_policy import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.render.nft_policy import (  # noqa: E402
     FirewallError,
     build_policy,
 )

@@ -16,7 +16,7 @@ description:
     differs and its value, and the value the others have or the expectation.
   - A host that does not report an expected key is not checked for it (the
     check does not apply there); a host that does not report a parity key differs.
-  - The comparison is C(plugins/module_utils/parity.py); this module only reads its input.
+  - The comparison is C(plugins/module_utils/verify/parity.py); this module only reads its input.
 options:
   values:
     description: "Values per host, C({host: {key: value}})."
@@ -87,7 +87,7 @@ message:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.parity import ParityError, compare  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.parity import ParityError, compare  # noqa: E402
 
 
 def main():

@@ -155,7 +155,7 @@ import time  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.reachability import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.reachability import (  # noqa: E402
     FabricError,
     probe_ports,
     tcp_targets,

@@ -128,7 +128,7 @@ import socket  # noqa: E402
 import subprocess  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.runtime_probe import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.runtime_probe import (  # noqa: E402
     ProbeError,
     parse_probe_output,
     probe_argv,

@@ -154,7 +154,7 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.ray_state import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.ray_state import (  # noqa: E402
     RayStateError,
     compare_nodes,
     compare_status,

@@ -16,7 +16,7 @@ description:
     output digest of its probes.
   - V(check) reads the stamps of O(stages) and collects the same evidence
     again; a stage converged on this node has no C(reasons). deploy.yml then
-    skips the stages converged on every node (plugins/module_utils/stage_stamp.py).
+    skips the stages converged on every node (plugins/module_utils/deploy/stage_stamp.py).
   - V(absent) removes the stamps of O(stages) before they run again, so a
     stage that fails never keeps an earlier record.
 options:
@@ -104,7 +104,7 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.stage_stamp import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.stage_stamp import (  # noqa: E402
     STAGES,
     StampError,
     collect_evidence,

@@ -11,7 +11,7 @@ version_added: 0.1.0
 description:
   - O(operation=collect) (on each node) reads the journal of the vLLM unit since its last start
     (C(journalctl _SYSTEMD_INVOCATION_ID=<the unit's InvocationID>)), parses vLLM's own start-up lines
-    with C(plugins/module_utils/vllm_logs.py) (per-worker C(world_size=... rank=... local_rank=...),
+    with C(plugins/module_utils/verify/vllm_logs.py) (per-worker C(world_size=... rank=... local_rank=...),
     C(rank ... is assigned as ...), C(KV cache size), process prefixes, headless launch lines,
     C([EP Rank r/N]), start-up errors) and sets the fact C(vllm_topology).
   - With O(plan), it first waits (bounded by O(wait_timeout)) until the journal holds what the plan
@@ -21,7 +21,7 @@ description:
     --filter class_name=RayWorkerProc) joined with C(ray list nodes --format json) - which TP/PP ranks
     run on which node.
   - O(operation=compare) (once, usually delegated to the controller) compares O(observed) (the
-    C(vllm_topology) facts of every node) with O(plan) using C(plugins/module_utils/topology_check.py)
+    C(vllm_topology) facts of every node) with O(plan) using C(plugins/module_utils/verify/topology_check.py)
     and returns the rows and a table of expected and found values per node. It never fails on a
     mismatch itself; the caller prints the table and fails (role C(vllm_verify)).
 options:
@@ -169,7 +169,10 @@ import socket  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import topology_check, vllm_logs  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import (
+    topology_check,  # noqa: E402
+    vllm_logs,  # noqa: E402
+)
 
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "InvocationID", "MainPID", "NRestarts",
                    "ExecMainStartTimestamp")

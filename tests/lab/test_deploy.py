@@ -25,7 +25,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.vllm_unit import env_file_line, exec_start
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.render.vllm_unit import (
+    env_file_line,
+    exec_start,
+)
 
 # CI runs section 1 and the teardown (deploy, verify, changed=0, --check --diff, teardown);
 # the variants and faults are extended (scripts/test --extended, docs/lab.md).

@@ -1,7 +1,7 @@
 """vllm_runtime + ray_cluster on a real 3-node lab: what Molecule's acceptance run does not cover.
 
 - Ray 2.60's live outputs (`ray list nodes`, `ray status`, `ray status -v`) read
-  by plugins/module_utils/ray_state.py;
+  by plugins/module_utils/verify/ray_state.py;
 - the wait's timeout names the missing node (a worker stopped by hand);
 - workers rejoin a restarted head by themselves (no Ansible), and a rebooted
   worker rejoins;
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.ray_state import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.ray_state import (
     RayStateError,
     parse_nodes,
     parse_status,

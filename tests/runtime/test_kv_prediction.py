@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import model_config as mc
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
 
 pytestmark = pytest.mark.runtime

@@ -205,7 +205,7 @@ def _lab_layouts():
 
 def requests():
     """(label, request) pairs: the examples first, then COUNT seeded random requests."""
-    from ansible_collections.vllm_ops.cluster.plugins.module_utils import model_catalog  # noqa: PLC0415
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_catalog  # noqa: PLC0415
 
     catalog = sorted(model_catalog.catalog_names())
     rng = random.Random(SEED)

@@ -3,8 +3,8 @@ on the real 2x H200 captures (tests/fixtures/gpu/h200x2*, see their SOURCE/notes
 import json
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import allreduce_bandwidth as bw
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.nccl_transport import parse_nccl_debug
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import allreduce_bandwidth as bw
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.nccl_transport import parse_nccl_debug
 
 GIB = 1024**3
 MIB = 1024**2

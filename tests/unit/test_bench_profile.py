@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import bench_profile
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench_profile import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import profile as bench_profile
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.profile import (
     DEFAULT_PROFILE,
     ProfileError,
     ProfileMismatchError,

@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import bench_profile, bench_report
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench_report import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import profile as bench_profile
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import report as bench_report
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.report import (
     ReportError,
     build_stage_record,
     check_before_run,
@@ -192,7 +193,7 @@ def test_no_stage_no_report(tmp_path):
 
 def test_the_module_does_not_import_matplotlib_until_it_plots():
     code = (f"import sys; sys.path.insert(0, {str(REPO / 'collections')!r}); "
-            "from ansible_collections.vllm_ops.cluster.plugins.module_utils import bench_report; "
+            "from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import report; "
             "print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"

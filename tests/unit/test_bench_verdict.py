@@ -8,13 +8,9 @@ import copy
 import json
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import (
-    allreduce_bandwidth,
-    bench_report,
-    bench_verdict,
-    nccl_transport,
-)
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench_verdict import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import report as bench_report
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import verdict as bench_verdict
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.verdict import (
     VerdictError,
     evaluate,
     expectations,
@@ -23,6 +19,10 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench_verdict imp
     stage_metrics,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import (
+    allreduce_bandwidth,
+    nccl_transport,
+)
 
 H200 = ("NVIDIA H200", 143771)
 GPU_FIELDS = ["index", "utilization.gpu", "memory.used", "memory.total"]

@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import bench_report, nvidia_smi
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import checklist as seed
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import doctor_catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import report as bench_report
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import checklist as seed
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
 from test_doctor_public_logs import healthy_cluster
 

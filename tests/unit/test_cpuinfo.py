@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.cpuinfo import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.cpuinfo import (
     FLAGS_OF_INTEREST,
     CpuInfoParseError,
     format_cpulist,

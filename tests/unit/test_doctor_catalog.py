@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import doctor_catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG_FILE = REPO / "roles" / "doctor" / "files" / "signatures.yml"

@@ -12,7 +12,7 @@ import copy
 import json
 from pathlib import Path
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import doctor_catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "tests" / "fixtures" / "doctor" / "lab"

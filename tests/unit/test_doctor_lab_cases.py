@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import doctor_catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tests" / "fixtures" / "doctor" / "lab" / "cases"

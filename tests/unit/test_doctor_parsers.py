@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import doctor_catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
 
 LAB = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "doctor" / "lab"
 

@@ -14,8 +14,8 @@ import copy
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import doctor_catalog as doctor
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import ibstat, nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import ibstat, nvidia_smi
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.cpuinfo import read_cpu_sources, summarize_cpu
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.cpuinfo import (
+    read_cpu_sources,
+    summarize_cpu,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"

@@ -3,8 +3,8 @@ import csv
 import io
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import nvidia_smi
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.gpu_balance import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.gpu_balance import (
     BalanceError,
     memory_balance,
     utilization_balance,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.ibstat import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.ibstat import (
     IbParseError,
     absent_summary,
     parse_ibdev2netdev,

@@ -9,8 +9,8 @@ import stat
 import subprocess
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import host_state
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import managed_files as mf
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import host_state
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import managed_files as mf
 from test_facts_modules import ANSIBLE, MODULE_PYTHON, REPO
 
 OWNER = pwd.getpwuid(os.getuid()).pw_name

@@ -3,8 +3,8 @@
 import json
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import model_catalog
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import model_config as mc
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_catalog
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
 
 # Total parameter counts published on each model card (billions); shapes must reproduce them.
 PUBLISHED_PARAMS_B = {

@@ -2,8 +2,8 @@
 import json
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import nvidia_smi
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.nccl_transport import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.nccl_transport import (
     bottleneck,
     classify_path,
     parse_nccl_debug,

@@ -1,4 +1,4 @@
-"""plugins/module_utils/nft_policy.py: the node firewall's nftables table, built from the plan."""
+"""plugins/module_utils/render/nft_policy.py: the node firewall's nftables table, built from the plan."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import shutil
 import subprocess
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.nft_policy import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.render.nft_policy import (
     FirewallError,
     build_policy,
     merge_spans,

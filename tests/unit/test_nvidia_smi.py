@@ -7,8 +7,8 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import nvidia_smi
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.nvidia_smi import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi import (
     QUERY_GPU_FIELDS,
     NvidiaSmiParseError,
     compute_capability_for,

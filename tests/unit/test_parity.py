@@ -1,4 +1,4 @@
-"""plugins/module_utils/parity.py: cross-node comparison and its one message."""
+"""plugins/module_utils/verify/parity.py: cross-node comparison and its one message."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.parity import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.parity import (
     MISSING,
     ParityError,
     compare,

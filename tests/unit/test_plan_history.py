@@ -5,8 +5,8 @@ import os
 import subprocess
 import sys
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import doctor_catalog as doctor
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan_history import plan_changes, plan_summary
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.history import plan_changes, plan_summary
 from test_doctor_lab_cases import CASES, CATALOG, CATALOG_FILE, CLI, REPO
 from test_facts_modules import ANSIBLE, MODULE_PYTHON
 from test_topology_check import lab_plan

@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import model_config as mc
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import (
     DEFAULT_PORTS,
     PlanError,

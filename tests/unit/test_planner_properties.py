@@ -3,8 +3,8 @@
 import json
 import math
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import model_catalog
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import model_config as mc
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_catalog
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import (
     BLOCK_SIZE,
     PlanError,

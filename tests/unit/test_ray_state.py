@@ -1,4 +1,4 @@
-"""plugins/module_utils/ray_state.py: Ray's own outputs parsed, and the verdict the ray_cluster role waits on.
+"""plugins/module_utils/verify/ray_state.py: Ray's own outputs parsed, and the verdict the ray_cluster role waits on.
 
 `ray status` and `ray get nodes` are REAL public captures (tests/fixtures/ray/public,
 each with its .source.txt). Node, actor and placement-group records for the
@@ -14,7 +14,7 @@ import json
 
 import pytest
 import yaml
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.ray_state import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.ray_state import (
     RayStateError,
     compare_nodes,
     compare_status,

@@ -1,4 +1,4 @@
-"""plugins/module_utils/reachability.py: interface, ports, MTU, InfiniBand and all-pairs verdicts.
+"""plugins/module_utils/verify/reachability.py: interface, ports, MTU, InfiniBand and all-pairs verdicts.
 
 InfiniBand port lists come from the real ibstat captures in tests/fixtures/ib
 through the real parser, as ib_facts reports them on a node.
@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.ibstat import parse_ibstat, summarize_ib
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.reachability import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.ibstat import parse_ibstat, summarize_ib
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.reachability import (
     FabricError,
     check_ib,
     check_mtu,

@@ -1,4 +1,4 @@
-"""plugins/module_utils/runtime_probe.py and the python_env_info module, run for real.
+"""plugins/module_utils/facts/runtime_probe.py and the python_env_info module, run for real.
 
 The probe runs inside a real interpreter (this test's own venv, whose packages
 are known from importlib.metadata) and, through `ansible-playbook` on
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.runtime_probe import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.runtime_probe import (
     ProbeError,
     parse_probe_output,
     probe_argv,

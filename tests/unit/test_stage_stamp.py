@@ -5,7 +5,7 @@ import os
 import subprocess
 
 from ansible_collections.vllm_ops.cluster.plugins.filter.stage_stamp import stages_to_run as stages_filter
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import stage_stamp as stamps
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import stage_stamp as stamps
 from test_facts_modules import ANSIBLE, MODULE_PYTHON, REPO
 
 

@@ -17,15 +17,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.topology_check import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.topology_check import (
     TopologyCheckError,
     check,
     readiness_targets,
     render_table,
 )
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.vllm_logs import parse_log, ray_placement
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.vllm_logs import (
+    parse_log,
+    ray_placement,
+)
 from test_vllm_logs import LAB_JOURNALS, RAY_ACTORS_2_60, RAY_NODES_2_60, captured
 
 REPO = Path(__file__).resolve().parents[2]

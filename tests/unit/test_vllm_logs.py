@@ -17,7 +17,7 @@ import json
 import re
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.vllm_logs import (
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.vllm_logs import (
     RayStateError,
     parse_assigned_line,
     parse_log,

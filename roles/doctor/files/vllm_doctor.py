@@ -48,7 +48,7 @@ def _write(path, text):
 
 
 def diagnose(args):
-    from ansible_collections.vllm_ops.cluster.plugins.module_utils import doctor_catalog as doctor
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
 
     catalog = doctor.load_catalog_file(args.catalog)
     with open(args.evidence, encoding="utf-8") as handle:
@@ -69,8 +69,8 @@ def diagnose(args):
 
 
 def checklist(args):
-    from ansible_collections.vllm_ops.cluster.plugins.module_utils import checklist as seed_checklist
-    from ansible_collections.vllm_ops.cluster.plugins.module_utils import doctor_catalog as doctor
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import checklist as seed_checklist
 
     with open(args.evidence, encoding="utf-8") as handle:
         data = json.load(handle)

@@ -26,7 +26,8 @@ import re
 import shlex
 import string
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import plan_history, vllm_logs
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import history as plan_history
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import vllm_logs
 
 CATALOG_VERSION = 1
 FAMILIES = ("startup", "communication", "performance")

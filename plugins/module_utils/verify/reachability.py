@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.parity import compare
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.parity import compare
 
 
 class FabricError(ValueError):

@@ -19,7 +19,7 @@ import json
 import math
 import os
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import model_catalog
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_catalog
 
 GIB = 1024**3
 # vLLM pads the vocabulary of VocabParallelEmbedding / ParallelLMHead to this.

@@ -25,7 +25,9 @@ import math
 import re
 import statistics
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import bench_profile, gpu_balance, nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import profile as bench_profile
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import gpu_balance
 
 # Expected gain along one axis of size ratio k > 1 is max(1, efficiency x k):
 # 0.75 per GPU gives the seed's TP=4 targets (TTFT and TPOT /3, throughput x3);

@@ -19,8 +19,12 @@ Pure Python 3.11, no Ansible import.
 
 from __future__ import annotations
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import doctor_catalog as doctor
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import gpu_balance, topology_check, vllm_logs
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import (
+    gpu_balance,
+    topology_check,
+    vllm_logs,
+)
 
 PASS, FAIL, NA = "pass", "fail", "n/a"
 PHASES = (
@@ -33,7 +37,8 @@ PHASES = (
 
 def read_results(results_dir):
     """Benchmark stages and their verdict from results/<deployment>/ (empty when none were recorded)."""
-    from ansible_collections.vllm_ops.cluster.plugins.module_utils import bench_report, bench_verdict
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import report as bench_report
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import verdict as bench_verdict
 
     try:
         stages = bench_report.load_stages(results_dir)

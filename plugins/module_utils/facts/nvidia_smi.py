@@ -26,7 +26,7 @@ import io
 import re
 import xml.etree.ElementTree as ET
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.cpuinfo import parse_cpulist
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.cpuinfo import parse_cpulist
 
 
 class NvidiaSmiParseError(ValueError):

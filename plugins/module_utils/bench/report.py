@@ -24,7 +24,8 @@ import os
 import re
 import tempfile
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import bench_profile, bench_verdict
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import profile as bench_profile
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import verdict as bench_verdict
 
 RECORD_KIND = "vllm-cluster bench stage"
 RECORD_VERSION = 1

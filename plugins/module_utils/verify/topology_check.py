@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import gpu_balance
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.vllm_logs import parse_assigned_line
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import gpu_balance
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.vllm_logs import parse_assigned_line
 
 ALL_NODES = "all"
 MAX_CELL = 72

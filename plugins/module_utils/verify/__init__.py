@@ -1,0 +1,1 @@
+"""Verification: vLLM's own log lines, rank placement, parity, reachability, NCCL and Ray state."""
