@@ -13,10 +13,10 @@ Pure Python (3.11+); imports nothing from Ansible.
 from __future__ import annotations
 
 import inspect
-import ipaddress
 import math
 import re
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import is_ip
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.network_env import (
     NetworkEnvError,
@@ -143,14 +143,6 @@ def _dict(value, what, allowed):
     if unknown:
         raise PlanError(f"unknown {what} keys {unknown}; expected some of {sorted(allowed)}")
     return {key: val for key, val in value.items() if val is not None}
-
-
-def _is_ip(text):
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _gib(value):
@@ -884,7 +876,7 @@ def _node_env(inputs, node, workers):
     if inputs.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(inputs.cpu_kvcache_space_gib)
         env["VLLM_CPU_OMP_THREADS_BIND"] = _cpu_binding(inputs, node["name"], workers)
-        if _is_ip(node["address"]):
+        if is_ip(node["address"]):
             env["VLLM_HOST_IP"] = node["address"]
     env.update(node["network_env"])
     return dict(sorted(env.items()))

@@ -181,6 +181,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog im
     parse_systemctl_show,
     select_invocation,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import flag_value  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.history import plan_summary  # noqa: E402
 
 UNIT_PROPERTIES = (
@@ -337,17 +338,17 @@ class Gatherer:
         """The rendezvous ports this node's own units dial: what a worker needs from the head."""
         probes = []
         vllm = parse_exec_start(units.get("vllm.service", {}).get("ExecStart"))
-        rank = _flag(vllm, "--node-rank")
+        rank = flag_value(vllm, "--node-rank")
         if vllm and ("--headless" in vllm or (rank and rank != "0")):
-            master = _flag(vllm, "--master-addr")
+            master = flag_value(vllm, "--master-addr")
             if master and master not in ("127.0.0.1", "localhost"):
-                probes.append({"name": "master", "address": master, "port": int(_flag(vllm, "--master-port") or 29501)})
-            dp_address = _flag(vllm, "--data-parallel-address")
-            dp_port = _flag(vllm, "--data-parallel-rpc-port")
+                probes.append({"name": "master", "address": master, "port": int(flag_value(vllm, "--master-port") or 29501)})
+            dp_address = flag_value(vllm, "--data-parallel-address")
+            dp_port = flag_value(vllm, "--data-parallel-rpc-port")
             if dp_address and dp_port:
                 probes.append({"name": "dp_rpc", "address": dp_address, "port": int(dp_port)})
         ray_worker = parse_exec_start(units.get("ray-worker.service", {}).get("ExecStart"))
-        head = _flag(ray_worker, "--address")
+        head = flag_value(ray_worker, "--address")
         if head and ":" in head:
             address, _, port = head.rpartition(":")
             if port.isdigit():
@@ -397,7 +398,7 @@ class Gatherer:
         address = self.params.get("ray_address")
         if not address:
             argv = parse_exec_start(head.get("ExecStart"))
-            ip, port = _flag(argv, "--node-ip-address"), _flag(argv, "--port") or "6379"
+            ip, port = flag_value(argv, "--node-ip-address"), flag_value(argv, "--port") or "6379"
             if not ip:
                 return {"error": "ray-head.service has no --node-ip-address to reach its GCS"}
             address = f"{ip}:{port}"
@@ -469,15 +470,6 @@ class Gatherer:
         evidence["plans"] = self.plans()
         evidence["errors"] = self.errors
         return evidence
-
-
-def _flag(argv, flag):
-    for index, arg in enumerate(argv):
-        if arg == flag and index + 1 < len(argv):
-            return argv[index + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
 
 
 def _read_pids(path):

@@ -26,6 +26,11 @@ import re
 import shlex
 import string
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import (
+    flag_value,
+    is_ip,
+    strip_ansi,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import history as plan_history
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import vllm_logs
 
@@ -41,7 +46,6 @@ SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFN
 HEAD_ONLY_PORTS = ("api", "master", "dp_rpc", "ray_gcs", "ray_dashboard", "ray_client")
 MAX_EVIDENCE_PER_FINDING = 8
 _ID = re.compile(r"^[a-z][a-z0-9_]{1,63}$")
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 class CatalogError(ValueError):
@@ -49,10 +53,6 @@ class CatalogError(ValueError):
 
 
 # --------------------------------------------------------------------------- parsers (node side)
-
-
-def strip_ansi(text):
-    return _ANSI.sub("", text or "")
 
 
 def parse_ss_listening(text):
@@ -634,7 +634,7 @@ class Cluster:
             ports[name] = port
         argv = self.ray_argv(node)
         for flag, name in _RAY_PORT_FLAGS.items():
-            value = _flag_value(argv, flag)
+            value = flag_value(argv, flag)
             if value and value.isdigit():
                 ports.setdefault(name, int(value))
         return ports
@@ -657,15 +657,6 @@ _RAY_PORT_FLAGS = {
     "--dashboard-agent-listen-port": "ray_dashboard_agent_listen",
     "--metrics-export-port": "ray_metrics_export",
 }
-
-
-def _flag_value(argv, flag):
-    for index, arg in enumerate(argv):
-        if arg == flag and index + 1 < len(argv):
-            return argv[index + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
 
 
 # --------------------------------------------------------------------------- observations
@@ -832,7 +823,7 @@ def obs_ray_node_not_alive(cluster, params):
     hits = []
     for node in cluster.nodes:
         argv = cluster.ray_argv(node) if node.reachable else []
-        address = _flag_value(argv, "--node-ip-address") or node.plan.get("address")
+        address = flag_value(argv, "--node-ip-address") or node.plan.get("address")
         if not argv and not (cluster.plan.get("backend") == "ray" and node.plan):
             continue
         if address and address not in alive:
@@ -938,7 +929,7 @@ def obs_host_ip_mismatch(cluster, params):
         if "VLLM_HOST_IP" in env:
             value, path, (number, text) = env["VLLM_HOST_IP"]
             problems = []
-            if planned and _is_ip(planned) and value != planned:
+            if planned and is_ip(planned) and value != planned:
                 problems.append(f"the plan gives this node {planned}")
             if local and value not in local:
                 problems.append("no interface of this node has that address")
@@ -947,7 +938,7 @@ def obs_host_ip_mismatch(cluster, params):
                     _hit(node, f"{path}:{number}", f"{text.strip()}  <- {'; '.join(problems)}",
                          value=value, expected=planned or "?")
                 )
-        ray_ip = _flag_value(cluster.ray_argv(node), "--node-ip-address")
+        ray_ip = flag_value(cluster.ray_argv(node), "--node-ip-address")
         host_ip = env.get("VLLM_HOST_IP", (None,))[0]
         if ray_ip and host_ip and ray_ip != host_ip:
             hits.append(
@@ -957,14 +948,6 @@ def obs_host_ip_mismatch(cluster, params):
                      value=host_ip, expected=ray_ip)
             )
     return hits
-
-
-def _is_ip(text):
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def obs_model_missing(cluster, params):

@@ -20,6 +20,7 @@ Pure Python 3.11, no Ansible import.
 from __future__ import annotations
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import flag_value
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import (
     gpu_balance,
     topology_check,
@@ -276,7 +277,7 @@ def check_ray_cluster(ctx):
     gpus = sum(float((entry.get("resources_total") or {}).get("GPU", 0)) for entry in alive)
     wanted_gpus = 0.0
     for node in nodes_with_ray:
-        value = doctor._flag_value(ctx.cluster.ray_argv(node), "--num-gpus")
+        value = flag_value(ctx.cluster.ray_argv(node), "--num-gpus")
         wanted_gpus += float(value) if value else 0.0
     lines = [f"{entry.get('node_ip')}: ALIVE, GPU {(entry.get('resources_total') or {}).get('GPU', 0)}"
              for entry in alive]

@@ -27,6 +27,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.cpuinfo import parse_cpulist
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import strip_ansi
 
 
 class NvidiaSmiParseError(ValueError):
@@ -46,7 +47,6 @@ _ABSENT_VALUES = {
     "requested functionality has been deprecated",
 }
 
-_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
 _NUMBER_WITH_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(MiB|GiB|KiB|W|%|MHz|us|ms|s|C|KB/s|GB/s|bank\(s\))$")
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
@@ -167,10 +167,6 @@ def compute_capability_for(name: str | None, architecture: str | None = None) ->
 
 def _capability_key(capability: str) -> tuple[int, ...]:
     return tuple(int(part) for part in capability.split("."))
-
-
-def strip_ansi(text: str) -> str:
-    return _ANSI_ESCAPE.sub("", text)
 
 
 # ---------------------------------------------------------------- -q -x (XML)
