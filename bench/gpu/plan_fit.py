@@ -6,7 +6,7 @@
 On a host with NVIDIA GPUs and PyTorch (no vLLM needed):
 1. the live facts: `nvidia-smi -q -x`, `topo -m`, `nvlink -s`, summarised by
    plugins/module_utils/facts/nvidia_smi.py exactly as the gpu_facts module does;
-2. the plan: plugins/module_utils/planner.py on those facts (one node), for a
+2. the plan: plugins/module_utils/plan/ (build_plan) on those facts (one node), for a
    model that does not fit one GPU;
 3. the proof: on each GPU of the plan, the free memory before (cudaMemGetInfo),
    then the plan's per-GPU budget (weights + KV cache, plus the planner's reserve
@@ -32,7 +32,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi 
     parse_topo_matrix,
     summarize_gpus,
 )
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan  # noqa: E402
 
 GIB = 1024**3
 MIB = 1024**2

@@ -8,7 +8,7 @@ author: vllm-cluster developers
 version_added: "0.1.0"
 short_description: Compute the vLLM parallel layout (the deployment plan) from a plan request
 description:
-  - Runs the planner of C(plugins/module_utils/planner.py) once on the controller.
+  - Runs the planner of C(plugins/module_utils/plan/) (C(build.py)) once on the controller.
   - Follows the seed's decision tree (fits one GPU? fast enough? fits one node? MoE?) and vLLM's own
     rules (TP divides the attention heads, the KV-head rule, TP inside a node, EP = TP x DP, even
     experts with EPLB, MLA KV not sharded by TP).
@@ -61,11 +61,14 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import (  # noqa: E402
     PlanError,
+    PlanRequest,
     coerce_text_inputs,
+    plan,
     plan_from_request,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.summary import layout_table  # noqa: E402
 
 
 def parallel_layout(request):
@@ -76,8 +79,22 @@ def parallel_layout(request):
         raise AnsibleFilterError(f"parallel_layout: {exc}") from None
 
 
+def plan_from_inventory(variables, cluster, host=None):
+    """The plan of the head's planning variables (plan/request.py's INPUTS) and the cluster plan.yml built."""
+    try:
+        return plan(PlanRequest.from_variables(variables, cluster, host))
+    except PlanError as exc:
+        raise AnsibleFilterError(f"plan: {exc}") from None
+
+
+def plan_table(plan_dict):
+    """The layout table of a plan, as lines (plan/summary.py)."""
+    return layout_table(plan_dict)
+
+
 class FilterModule:
-    """vllm_ops.cluster planning filters."""
+    """vllm_ops.cluster planning filters (plan_from_inventory and plan_table: the .yml docs beside this file)."""
 
     def filters(self):
-        return {"parallel_layout": parallel_layout}
+        return {"parallel_layout": parallel_layout, "plan_from_inventory": plan_from_inventory,
+                "plan_table": plan_table}

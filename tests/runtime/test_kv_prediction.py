@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 
 pytestmark = pytest.mark.runtime
 

@@ -14,7 +14,7 @@ import json
 import subprocess
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import PlanError, build_plan
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import PlanError, build_plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

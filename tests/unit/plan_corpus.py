@@ -226,7 +226,7 @@ def main(argv=None):
     parser.add_argument("--write", action="store_true", help=f"write {CORPUS.relative_to(REPO)}")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO / "collections"))
-    from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import (  # noqa: PLC0415
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import (  # noqa: PLC0415
         PlanError,
         plan_from_request,
     )

@@ -18,7 +18,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.report impo
     write_report,
     write_stage_record,
 )
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = REPO / "bin" / "vllm-cluster-report"

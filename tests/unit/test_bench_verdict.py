@@ -18,7 +18,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.verdict imp
     stage_layout,
     stage_metrics,
 )
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import (
     allreduce_bandwidth,
     nccl_transport,

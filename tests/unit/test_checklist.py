@@ -15,7 +15,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import repo
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import checklist as seed
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 from test_doctor_public_logs import healthy_cluster
 
 REPO = Path(__file__).resolve().parents[2]

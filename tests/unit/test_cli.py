@@ -157,9 +157,9 @@ def test_readable_summary_shows_the_decision_path():
         "Decision path:",
         "Q1 Does it fit on one GPU? no",
         "Q3 Does it fit on one node? yes",
-        "Layout: tp  TP=4",
+        "Layout: tp (mp) TP=4",
         "vllm serve meta-llama/Llama-3.1-70B-Instruct",
-        "Memory per GPU",
+        "Per GPU: ",
     ):
         assert fragment in out
 

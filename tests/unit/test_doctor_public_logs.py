@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import ibstat, nvidia_smi
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLIC = REPO / "tests" / "fixtures" / "doctor" / "public"

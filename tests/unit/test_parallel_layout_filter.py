@@ -3,7 +3,7 @@
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_ops.cluster.plugins.filter import parallel_layout as plugin
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 
 NODE = {
     "name": "gpu-a",
@@ -17,7 +17,7 @@ def layout(request):
 
 
 def test_the_filter_is_registered_under_its_name():
-    assert set(plugin.FilterModule().filters()) == {"parallel_layout"}
+    assert set(plugin.FilterModule().filters()) == {"parallel_layout", "plan_from_inventory", "plan_table"}
 
 
 def test_the_filter_returns_the_planners_plan():

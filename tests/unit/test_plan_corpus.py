@@ -10,7 +10,7 @@ naming the request and the first keys that differ.
 import gzip
 import json
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import PlanError, plan_from_request
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import PlanError, plan_from_request
 from plan_corpus import CORPUS, outcome
 
 ENTRIES = json.loads(gzip.decompress(CORPUS.read_bytes()))

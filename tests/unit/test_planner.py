@@ -5,9 +5,9 @@ import math
 from pathlib import Path
 
 import pytest
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.launch import DEFAULT_PORTS
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import (
-    DEFAULT_PORTS,
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import (
     PlanError,
     build_plan,
     plan_from_request,

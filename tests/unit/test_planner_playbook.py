@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.summary import layout_table as plan_table
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "inventories" / "examples"
 PLAYBOOK = REPO / "playbooks" / "plan.yml"
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
+COMPUTE = "Compute the plan from the head's variables and the nodes (vllm_ops.cluster.plan_from_inventory)"
 
 # What the seed says for each scenario (the acceptance list).
 SEED = {
@@ -90,7 +92,7 @@ def test_plan_playbook_plans_the_seed_scenario_offline(example):
             for host, outcome in entry["hosts"].items():
                 assert host == "localhost" or outcome.get("skipped"), (entry["task"]["name"], host)
 
-    plan = task(report, "Compute the plan with vllm_ops.cluster.parallel_layout")["localhost"][
+    plan = task(report, COMPUTE)["localhost"][
         "ansible_facts"
     ]["__vllm_cluster_plan"]
     for key, value in SEED[example].items():
@@ -102,7 +104,7 @@ def test_plan_playbook_plans_the_seed_scenario_offline(example):
     decision = task(report, "Print the decision path through the seed's tree")["localhost"]["msg"]
     assert decision == plan["decision"]
     table = task(report, "Print the layout table")["localhost"]["msg"]
-    assert table[0].startswith(f"{plan['strategy']} ({plan['backend']}): TP={plan['tp']}")
+    assert table == plan_table(plan) and table[0].startswith(f"Layout: {plan['strategy']} ({plan['backend']}) TP=")
     assert [line.split()[0] for line in table[2:-1]] == [node["host"] for node in plan["nodes"]]
 
     set_on = task(report, "Set vllm_cluster_plan on every node")["localhost"]["results"]
@@ -160,9 +162,26 @@ def test_plan_playbook_fails_with_the_planners_message(tmp_path):
     )
     result, report = play(inventory)
     assert result.returncode != 0
-    failed = task(report, "Compute the plan with vllm_ops.cluster.parallel_layout")["localhost"]
+    failed = task(report, COMPUTE)["localhost"]
     assert failed.get("failed") and "no layout fits llama-3.1-405b" in failed["msg"]
     assert "usable 73.28 GiB per GPU" in failed["msg"]
+
+
+def test_a_bad_planning_variable_is_named_with_its_host(tmp_path):
+    inventory = tmp_path / "inventory.yml"
+    gpus = {"count": 8, "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559, "nvlink": True}
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_nodes": {
+        "hosts": {"gpu-a": {"ansible_host": "192.0.2.99", "vllm_cluster_gpus": gpus}},
+        "vars": {"vllm_cluster_model": "llama-3.1-8b", "vllm_cluster_tp": 3}}}}}))
+    result, report = play(inventory)
+    assert result.returncode != 0
+    failed = task(report, COMPUTE)["localhost"]
+    assert "vllm_cluster_tp=3 on gpu-a is invalid for llama-3.1-8b: Total number of attention heads" in failed["msg"]
+    # Text from -e is converted; what is not a number is named with the variable and the host.
+    result, report = play(inventory, "-e", "vllm_cluster_tp=two")
+    assert "vllm_cluster_tp on gpu-a must be an integer >= 1, got 'two'" in task(report, COMPUTE)["localhost"]["msg"]
+    result, report = play(inventory, "-e", "vllm_cluster_tp=1")
+    assert result.returncode == 0 and task(report, COMPUTE)["localhost"]["ansible_facts"]["__vllm_cluster_plan"]["tp"] == 1
 
 
 def test_plan_playbook_names_a_host_without_gpu_facts(tmp_path):
@@ -198,7 +217,7 @@ def test_the_plan_never_reads_facts_cached_by_an_earlier_run(tmp_path):
                                 env=dict(env, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
                                          ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-        plan = task(json.loads(result.stdout), "Compute the plan with vllm_ops.cluster.parallel_layout")
+        plan = task(json.loads(result.stdout), COMPUTE)
         return plan["localhost"]["ansible_facts"]["__vllm_cluster_plan"]["nodes"][0]["env"]
 
     empty, stale = tmp_path / "empty-cache", tmp_path / "stale-cache"

@@ -5,12 +5,12 @@ import math
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_catalog
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import (
-    BLOCK_SIZE,
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import (
     PlanError,
     build_plan,
     plan_from_request,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.memory import BLOCK_SIZE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.topology_check import (
     TopologyCheckError,
     check,

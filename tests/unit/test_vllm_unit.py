@@ -5,7 +5,7 @@ node's systemd in tests/lab/test_deploy.py (test_systemd_reads_exec_start_back).
 """
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.render.vllm_unit import (
     StageError,
     api_probe_host,

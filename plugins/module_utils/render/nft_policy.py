@@ -26,7 +26,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import DEFAULT_PORTS
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.launch import DEFAULT_PORTS
 
 TABLE_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 # Linux's default net.ipv4.ip_local_port_range: where Gloo, NCCL's bootstrap and

@@ -1,0 +1,209 @@
+"""The plan in words: the strategy, the path through the seed's decision tree, and the warnings.
+
+Pure Python, no Ansible import.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import gib
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.inputs import DEFAULT_CONCURRENCY_TARGET
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.layout import Candidate, tp_rule_violation
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.memory import evaluate, summary
+
+
+def strategy(cand):
+    if cand.ep_on:
+        return "ep_dp"
+    if cand.dp > 1:
+        return "dp_replicas"
+    if cand.pp > 1:
+        return "tp_pp"
+    if cand.tp > 1:
+        return "tp"
+    return "single"
+
+
+def _preamble(inputs):
+    spec = inputs.spec
+    kind = "MoE" if spec["is_moe"] else "dense"
+    attention = {"mla": "MLA", "gqa": "GQA", "mha": "MHA"}[spec["attention"]]
+    quant = f", {spec['quantization']} weights" if spec["quantization"] else ""
+    lines = [
+        f"Model {spec['name']} ({spec['architecture']}): {kind}, {attention}, {spec['layers']} layers, "
+        f"{spec['heads']} heads / {spec['kv_heads']} KV heads, {spec['params'] / 1e9:.2f}B params, "
+        f"{spec['dtype']}{quant}: {spec['weights_gib']} GiB of weights."
+    ]
+    if inputs.device == "cuda":
+        per_gpu = inputs.gpu_memory_bytes * inputs.gpu_memory_utilization
+        lines.append(
+            f"Cluster: {inputs.n_nodes} node(s) x {inputs.gpus_per_node} x {inputs.gpu_name} "
+            f"({gib(inputs.gpu_memory_bytes)} GiB); usable {gib(per_gpu)} GiB per GPU, "
+            f"{gib(per_gpu * inputs.gpus_per_node)} GiB per node at gpu_memory_utilization "
+            f"{inputs.gpu_memory_utilization:g}."
+        )
+    else:
+        lines.append(
+            f"Cluster: {inputs.n_nodes} node(s) x {inputs.gpus_per_node} CPU worker slot(s) of "
+            f"{gib(inputs.gpu_memory_bytes)} GiB; KV cache fixed at VLLM_CPU_KVCACHE_SPACE="
+            f"{inputs.cpu_kvcache_space_gib} GiB per worker."
+        )
+    target = f"{inputs.concurrency_target:g} concurrent requests of {inputs.max_model_len:,} tokens per replica"
+    if inputs.target_is_default:
+        target += " (default target)"
+    if inputs.kv_tokens_target is not None:
+        target += f", at least {inputs.kv_tokens_target:,} KV tokens"
+    lines.append(f"Target: {target}.")
+    if inputs.pins:
+        pins = ", ".join(f"{k}={v}" for k, v in sorted(inputs.pins.items()))
+        lines.append(f"Overrides pin {pins}; the tree below only decides what they leave open.")
+    return lines
+
+
+def decision(inputs, cand, ev, trace, default_missed, q2):
+    """The path through the seed's tree, as sentences."""
+    spec = inputs.spec
+    lines = _preamble(inputs)
+    single = next(((c, e) for c, e in trace if c.step == "single"), None)
+    if single is not None:
+        _, e = single
+        if e["meets_target"]:
+            answer = f"yes: {summary(inputs, e)}"
+        elif e["fits"]:
+            answer = f"not with the target: {summary(inputs, e)}"
+        else:
+            answer = f"no: {e['why']}"
+        lines.append(f"Q1 Does it fit on one GPU? {answer}.")
+    steps = [c.step for c, _ in trace]
+    if cand.step == "single":
+        if q2 is None:
+            lines.append("Q2 Is one GPU fast enough? No throughput need was given, so one replica is planned.")
+    elif cand.step == "ep_dp":
+        tried = _tried(inputs, [(c, e) for c, e in trace if c.step == "ep_dp"])
+        lines.append(
+            f"MoE branch: EP + DP with attention TP inside each DP group, EP = TP x DP = {cand.tp * cand.dp}. "
+            f"Tried {tried}."
+        )
+        if spec["attention"] == "mla":
+            lines.append(
+                "MLA keeps one latent KV that TP does not shard, so attention TP > 1 only copies the KV cache: "
+                "the smallest TP that fits wins."
+            )
+        comparison = _tp_only_comparison(inputs, cand)
+        if comparison:
+            lines.append(comparison)
+    else:
+        in_node = [(c, e) for c, e in trace if c.step in ("tp_in_node", "tp_pp_in_node")]
+        if spec["is_moe"] and "ep_dp" in steps:
+            lines.append("MoE branch: no EP + DP layout fits, so the TP/PP path is taken without expert parallel.")
+        if in_node:
+            answer = "yes" if cand.step in ("tp_in_node", "tp_pp_in_node") else "no"
+            lines.append(f"Q3 Does it fit on one node? {answer}. Tried {_tried(inputs, in_node)}.")
+        if cand.step == "multi_node":
+            lines.append(
+                f"Across nodes: TP stays inside a node and PP spans nodes: {cand.label()} on {cand.r} nodes "
+                f"({cand.local} ranks per node); {summary(inputs, ev)}."
+            )
+    if q2 is not None:
+        lines.append(q2)
+    if default_missed:
+        lines.append(
+            f"No layout reaches the default target; the first layout that fits is planned: {cand.label()} "
+            f"with {ev['concurrency']:.1f} concurrent requests."
+        )
+    if cand.tp_across:
+        lines.append(
+            f"TP={cand.tp} spans {cand.tp // cand.local} nodes because allow_tp_across_nodes is set: "
+            "every TP all-reduce crosses the network."
+        )
+    lines.append(inputs.mode.decision_sentence(cand.nnodes, inputs.nodes[0]["address"]))
+    lines.append(
+        f"Plan: {strategy(cand)}, {cand.label()}, world_size {cand.world} on {cand.nnodes} node(s); per GPU "
+        f"{gib(ev['weights_max'])} GiB of weights and {gib(ev['kv_bytes_min'])} GiB of KV cache: "
+        f"{ev['tokens']:,} KV tokens per replica, {ev['concurrency']:.2f} requests of {inputs.max_model_len:,} tokens."
+    )
+    return lines
+
+
+def _tried(inputs, attempts, shown=4):
+    """The layouts a step tried, in order; long lists end with a count."""
+    text = "; ".join(f"{c.label()}: {summary(inputs, e)}" for c, e in attempts[:shown])
+    rest = attempts[shown:]
+    if rest:
+        smallest = min(e["weights_max"] for _, e in rest)
+        fitting = sum(1 for _, e in rest if e["meets_target"])
+        text += f"; and {len(rest)} more TP x PP layouts ({fitting} meeting the target, smallest {gib(smallest)} GiB/GPU)"
+    return text
+
+
+def _tp_only_comparison(inputs, cand):
+    """The seed's control: the same GPUs with TP only (no --enable-expert-parallel)."""
+    gpus = cand.tp * cand.dp
+    if gpus > inputs.gpus_per_node or tp_rule_violation(inputs.spec, gpus):
+        return None
+    other = Candidate(gpus, 1, 1, False, 1, gpus, False, "comparison")
+    other.nnodes, other.rpn = 1, 1
+    ev_other = evaluate(inputs, other)
+    ev_this = evaluate(inputs, cand)
+    total_ep = ev_this["tokens"] * cand.dp
+    if not ev_other["fits"]:
+        return f"TP-only on the same {gpus} GPUs does not fit ({ev_other['why']}); EP + DP does."
+    return (
+        f"Compared with TP-only on the same {gpus} GPUs (TP={gpus}: {summary(inputs, ev_other)}), "
+        f"EP + DP holds {total_ep:,} KV tokens over {cand.dp} replicas vs {ev_other['tokens']:,}."
+    )
+
+
+def warnings(inputs, cand, ev, default_missed):
+    """Things that work but deserve a look, most important first."""
+    spec, found = inputs.spec, []
+    if default_missed:
+        found.append(
+            f"The default target of {DEFAULT_CONCURRENCY_TARGET} concurrent requests is not reached: "
+            f"{ev['concurrency']:.1f} at {inputs.max_model_len:,} tokens."
+        )
+    if cand.tp > 1 and not inputs.nvlink and inputs.device == "cuda":
+        found.append(f"TP={cand.tp} runs without NVLink: every all-reduce crosses PCIe, expect poor TP scaling.")
+    if spec["attention"] != "mla" and cand.tp > spec["kv_heads"]:
+        found.append(
+            f"TP={cand.tp} exceeds the {spec['kv_heads']} KV heads: vLLM replicates KV heads, so KV capacity stops "
+            "growing with TP."
+        )
+    if spec["attention"] == "mla" and cand.tp > 1:
+        found.append(f"MLA KV is not sharded by TP: each of the {cand.tp} TP ranks stores the whole latent cache.")
+    partition = mc.pp_partition(spec["layers"], cand.pp)
+    if len(set(partition)) > 1:
+        found.append(
+            f"{spec['layers']} layers split unevenly over PP={cand.pp}: {partition} "
+            "(vLLM logs 'Hidden layers were unevenly partitioned')."
+        )
+    unused = [node["name"] for node in inputs.nodes[cand.nnodes :]]
+    if unused:
+        found.append(f"Nodes not used by this plan: {', '.join(unused)}.")
+    if cand.nnodes > 1:
+        bare = [node["name"] for node in inputs.nodes[: cand.nnodes] if not node["fabric_interface"]]
+        if bare:
+            found.append(
+                f"Multi-node plan but no fabric_interface on {', '.join(bare)}: NCCL, Gloo and vLLM will pick NICs "
+                "on their own."
+            )
+    if cand.tp_across:
+        found.append(f"TP={cand.tp} crosses nodes (allow_tp_across_nodes): a lab layout, not a production one.")
+    if inputs.gpu_memory_utilization > 0.95 and inputs.device == "cuda":
+        found.append(f"gpu_memory_utilization {inputs.gpu_memory_utilization} leaves little room for other processes.")
+    if spec["sliding_window"] is not None and spec["sliding_window"] < inputs.max_model_len:
+        found.append(
+            f"The model uses a {spec['sliding_window']}-token sliding window: vLLM may hold more tokens than planned "
+            "here."
+        )
+    if inputs.device == "cuda":
+        found.append(
+            f"The CUDA KV figure is an estimate ({ev['reserve']['total_gib']} GiB reserve assumed per GPU); "
+            "vLLM measures it at start-up."
+        )
+    if inputs.device == "cpu" and spec["quantization"]:
+        found.append(f"{spec['quantization']} weights on the CPU platform are not verified by this project.")
+    found += inputs.mode.warnings()
+    if inputs.eplb_disabled_reason:
+        found.append(inputs.eplb_disabled_reason)
+    return found

@@ -1,0 +1,273 @@
+"""A checked plan request: every input validated once, in a fixed order, into one ``Inputs`` object.
+
+``prepare(request)`` is the planner's first step; the layout search, the memory
+model and the renderers read only its attributes. An error names the input as
+the request's user wrote it (plan/request.py).
+
+Pure Python, no Ansible import.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import (
+    NAME,
+    PlanError,
+    boolean,
+    integer,
+    is_number,
+    mapping,
+    optional_integer,
+    positive,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.memory import BLOCK_SIZE
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.network_env import (
+    NetworkEnvError,
+    network_env,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.request import DEVICES, LOAD_FORMATS
+
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.32/0.33 default
+DEFAULT_MAX_MODEL_LEN = 8192  # the seed's value
+DEFAULT_CONCURRENCY_TARGET = 16  # full-length requests one replica must hold by default
+TARGETS = (
+    "max_model_len",
+    "gpu_memory_utilization",
+    "kv_tokens_target",
+    "concurrency_target",
+    "throughput_need_tok_s",
+    "replica_throughput_tok_s",
+)
+NODE_KEYS = ("name", "address", "fabric_interface", "ib_hcas", "gpus")
+
+
+class Inputs:
+    """Validated inputs; attributes only (set by ``prepare``)."""
+
+    def moe_shared_dp(self, cand):
+        """MoE DP ranks share one world (attention DP + EP), dense DP replicas do not."""
+        return self.spec["is_moe"] and cand.dp > 1
+
+
+def check_cluster(cluster):
+    if not isinstance(cluster, list) or not cluster:
+        raise PlanError("cluster must be a non-empty list of nodes {name, address, gpus, [fabric_interface]}")
+    nodes, names, addresses = [], set(), set()
+    for index, node in enumerate(cluster):
+        where = f"cluster node #{index}"
+        if not isinstance(node, dict):
+            raise PlanError(f"{where} must be a mapping, got {type(node).__name__}")
+        unknown = sorted(str(k) for k in node if k not in NODE_KEYS)
+        if unknown:
+            raise PlanError(
+                f"{where} has unknown keys {unknown}; expected name, address, gpus, fabric_interface, ib_hcas"
+            )
+        name, address = node.get("name"), node.get("address", node.get("name"))
+        if not isinstance(name, str) or not NAME.match(name):
+            raise PlanError(f"{where} needs a name of letters, digits, '.', '_' or '-', got {name!r}")
+        if not isinstance(address, str) or not address.strip() or any(c.isspace() for c in address):
+            raise PlanError(f"node {name}: address must be a host name or IP address, got {address!r}")
+        if name in names:
+            raise PlanError(f"node name {name} appears twice in the cluster")
+        if address in addresses:
+            raise PlanError(f"node {name}: address {address} is already used by another node")
+        names.add(name)
+        addresses.add(address)
+        nodes.append({"name": name, "address": address, **_node_gpus_and_network(name, address, node)})
+    return nodes
+
+
+def _node_gpus_and_network(name, address, node):
+    gpus = node.get("gpus")
+    if not isinstance(gpus, dict):
+        raise PlanError(f"node {name}: gpus must be a mapping {{count, name, memory_total_mib, nvlink}}, got {gpus!r}")
+    missing = [k for k in ("count", "name", "memory_total_mib", "nvlink") if k not in gpus]
+    if missing:
+        raise PlanError(f"node {name}: gpus lacks {missing} (the gpu_facts summary keys)")
+    count = integer(gpus["count"], f"node {name}: gpus.count")
+    if gpus["name"] is None:
+        raise PlanError(f"node {name} mixes GPU models (gpus.name is null): the GPUs of a replica must be identical")
+    if gpus["nvlink"] is None:
+        raise PlanError(f"node {name}: gpus.nvlink is unknown (null); gather the GPU topology or declare it")
+    if not isinstance(gpus["name"], str) or not gpus["name"].strip():
+        raise PlanError(f"node {name}: gpus.name must be a non-empty string, got {gpus['name']!r}")
+    memory = positive(gpus["memory_total_mib"], f"node {name}: gpus.memory_total_mib")
+    # vLLM budgets gpu_memory_utilization x the total CUDA reports, which is nvidia-smi's FB total
+    # minus the driver's reserve (gpu_facts: memory_cuda_total_mib; 616 MiB on an H200).
+    if gpus.get("memory_cuda_total_mib") is not None:
+        memory = positive(gpus["memory_cuda_total_mib"], f"node {name}: gpus.memory_cuda_total_mib")
+    nvlink = boolean(gpus["nvlink"], f"node {name}: gpus.nvlink")
+    interface = node.get("fabric_interface")
+    hcas = node.get("ib_hcas")
+    env = {}
+    if interface is not None or hcas:
+        if interface is None:
+            raise PlanError(f"node {name}: ib_hcas given without a fabric_interface")
+        try:
+            env = network_env(interface, address, hcas)
+        except NetworkEnvError as exc:
+            raise PlanError(f"node {name}: {exc}") from None
+    return {
+        "fabric_interface": interface,
+        "network_env": env,
+        "gpus": {"count": count, "name": gpus["name"].strip(), "memory_total_mib": memory, "nvlink": nvlink},
+    }
+
+
+def check_ports(request, mode):
+    """The ports the mode opens, defaults filled in, every port distinct."""
+    ports = request.get("ports")
+    given = mapping(ports, "ports", launch.DEFAULT_PORTS)
+    merged = dict(launch.DEFAULT_PORTS)
+    for key, value in given.items():
+        merged[key] = integer(value, request.label("ports", key), 1, 65535)
+    opened = {key: merged[key] for key in mode.ports}
+    seen = {}
+    for key, value in opened.items():
+        if key in ("ray_min_worker", "ray_max_worker"):
+            continue
+        if value in seen:
+            raise PlanError(f"ports.{key} and ports.{seen[value]} are both {value}; every port must differ")
+        seen[value] = key
+    refusal = mode.check_ports(opened)
+    if refusal:
+        raise PlanError(refusal)
+    return dict(sorted(opened.items()))
+
+
+def prepare(request):
+    """Check every input of ``request`` (a PlanRequest) and return the Inputs the planner reads."""
+    inputs = Inputs()
+    inputs.request = request
+    device = request.get("device")
+    if device not in DEVICES:
+        raise PlanError(f"{request.label('device')} must be 'cuda' or 'cpu', got {device!r}")
+    inputs.device = device
+    deployment = request.get("deployment")
+    if not isinstance(deployment, str) or not NAME.match(deployment):
+        raise PlanError(
+            f"{request.label('deployment')} must be a name of letters, digits, '.', '_' or '-', got {deployment!r}"
+        )
+    inputs.deployment = deployment
+    vllm_version = request.get("vllm_version")
+    if not isinstance(vllm_version, str) or not re.match(r"^\d+\.\d+(\.\d+)?", vllm_version):
+        raise PlanError(f"{request.label('vllm_version')} must look like 0.32.0, got {vllm_version!r}")
+    inputs.vllm_version = vllm_version
+    inputs.allow_tp_across_nodes = boolean(request.get("allow_tp_across_nodes"),
+                                           request.label("allow_tp_across_nodes"))
+    inputs.cpu_kvcache_space_gib = integer(request.get("cpu_kvcache_space_gib"),
+                                           request.label("cpu_kvcache_space_gib"))
+    inputs.cpu_cores_per_node = optional_integer(request.get("cpu_cores_per_node"),
+                                                 request.label("cpu_cores_per_node"))
+    load_format = request.get("load_format")
+    if load_format is not None and load_format not in LOAD_FORMATS:
+        raise PlanError(f"{request.label('load_format')} must be one of {list(LOAD_FORMATS)}, got {load_format!r}")
+    inputs.load_format = load_format
+    api_host = request.get("api_host")
+    if api_host is not None and (not isinstance(api_host, str) or not api_host or any(c.isspace() for c in api_host)):
+        raise PlanError(f"{request.label('api_host')} must be an address to bind, got {api_host!r}")
+    inputs.api_host = api_host
+
+    overrides = mapping(request.section("overrides"), "overrides", ("tp", "pp", "dp", "ep", "backend"))
+    try:
+        mode = launch.get(overrides.pop("backend", launch.DEFAULT))
+    except launch.UnknownLaunchMode as exc:
+        raise PlanError(str(exc).replace("backend", request.label("overrides.backend"), 1)) from None
+    refusal = mode.refuse_device(device)
+    if refusal:
+        raise PlanError(refusal)
+    inputs.mode = mode
+    inputs.backend = mode.name
+    inputs.pins = {key: integer(value, request.label(f"overrides.{key}")) for key, value in overrides.items()}
+
+    try:
+        spec = mc.load_model(request.values["model"], request.get("model_path"))
+    except mc.ModelConfigError as exc:
+        raise PlanError(f"{request.label('model')}: {exc}") from None
+    inputs.spec = spec
+    inputs.moe_prefix = _moe_prefix(spec)
+    inputs.layer_cache = {}
+    inputs.block_size = BLOCK_SIZE[(device, spec["attention"] == "mla")]
+
+    inputs.nodes = check_cluster(request.values.get("cluster"))
+    first = inputs.nodes[0]["gpus"]
+    inputs.n_nodes = len(inputs.nodes)
+    inputs.gpus_per_node = first["count"]
+    inputs.gpu_name = first["name"]
+    inputs.gpu_memory_bytes = first["memory_total_mib"] * 1024 * 1024
+    inputs.nvlink = first["nvlink"]
+
+    _prepare_targets(inputs, request, spec)
+    _prepare_flags(inputs, request, spec)
+    inputs.ports = check_ports(request, mode)
+    return inputs
+
+
+def _prepare_targets(inputs, request, spec):
+    targets = mapping(request.section("targets"), "targets", TARGETS)
+    limit = spec["max_position_embeddings"]
+    default_len = DEFAULT_MAX_MODEL_LEN if limit is None else min(DEFAULT_MAX_MODEL_LEN, limit)
+    inputs.max_model_len = integer(targets.get("max_model_len", default_len), request.label("targets.max_model_len"))
+    if limit is not None and inputs.max_model_len > limit:
+        raise PlanError(
+            f"max_model_len {inputs.max_model_len:,} exceeds the model's max_position_embeddings {limit:,}: "
+            "vLLM refuses it (unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
+        )
+    utilization = targets.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
+    if not is_number(utilization) or not 0 < utilization <= 1:
+        raise PlanError(f"{request.label('targets.gpu_memory_utilization')} must be in (0, 1], got {utilization!r}")
+    inputs.gpu_memory_utilization = float(utilization)
+    inputs.kv_tokens_target = optional_integer(targets.get("kv_tokens_target"),
+                                               request.label("targets.kv_tokens_target"))
+    concurrency = targets.get("concurrency_target")
+    inputs.target_is_default = concurrency is None and inputs.kv_tokens_target is None
+    if concurrency is None:
+        inputs.concurrency_target = DEFAULT_CONCURRENCY_TARGET if inputs.kv_tokens_target is None else 1.0
+    else:
+        inputs.concurrency_target = positive(concurrency, request.label("targets.concurrency_target"))
+    need = targets.get("throughput_need_tok_s")
+    inputs.throughput_need = None if need is None else positive(need, request.label("targets.throughput_need_tok_s"))
+    baseline = targets.get("replica_throughput_tok_s")
+    inputs.replica_throughput = (
+        None if baseline is None else positive(baseline, request.label("targets.replica_throughput_tok_s"))
+    )
+
+
+def _prepare_flags(inputs, request, spec):
+    enforce_eager = request.get("enforce_eager")
+    if enforce_eager is not None:
+        boolean(enforce_eager, request.label("enforce_eager"))
+    inputs.enforce_eager_given = enforce_eager
+    inputs.enforce_eager = bool(enforce_eager)  # CPU default decided once PP is known
+    enable_eplb = request.get("enable_eplb")
+    if enable_eplb is not None:
+        boolean(enable_eplb, request.label("enable_eplb"))
+    inputs.enable_eplb = enable_eplb
+    inputs.eplb = False
+    inputs.eplb_disabled_reason = None
+    if inputs.device != "cpu":
+        return
+    if spec["head_dim"] < 32:
+        raise PlanError(f"head_dim {spec['head_dim']} of {spec['name']}: the CPU attention backend needs head_dim >= 32")
+    if spec["is_moe"] and (spec["hidden_size"] % 32 or spec["moe_intermediate_size"] % 32):
+        raise PlanError(
+            f"{spec['name']} on CPU: the CPU MoE kernel needs hidden_size ({spec['hidden_size']}) and the expert "
+            f"intermediate size ({spec['moe_intermediate_size']}) divisible by 32"
+        )
+    if enable_eplb:
+        raise PlanError(
+            f"{request.label('enable_eplb')} on the CPU platform: Expert parallelism load balancing is only "
+            "supported on CUDA devices or ROCm devices or XPU devices now"
+        )
+
+
+def _moe_prefix(spec):
+    """prefix[i] = MoE layers among the first i layers."""
+    moe = spec["_moe_layer_set"]
+    prefix = [0]
+    for index in range(spec["layers"]):
+        prefix.append(prefix[-1] + (1 if index in moe else 0))
+    return prefix

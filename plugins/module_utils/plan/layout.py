@@ -1,0 +1,445 @@
+"""The layout search: the seed's decision tree over every TP x PP x DP (x EP) vLLM accepts here.
+
+``choose(inputs)`` walks the candidates in the tree's order (one GPU, EP + DP for
+MoE, TP inside a node, TP x PP inside a node, then across nodes) and returns the
+first that meets the target; ``scale_for_throughput`` answers Q2 with DP
+replicas; ``settle`` decides EPLB and the CPU's eager default once the layout is
+known. A layout that cannot be planned raises PlanError naming the numbers.
+
+Pure Python, no Ansible import.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import PlanError, gib
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.memory import evaluate
+
+# Q2 estimate when no measured baseline is given: decode-bound replicas run at
+# about 2.5x the weight-streaming roofline under load (performance-anchors §3.2),
+# at the seed's benchmark concurrency.
+DECODE_SLOWDOWN = 2.5
+ESTIMATE_CONCURRENCY = 64
+HBM_TB_PER_S = (
+    ("GH200", 4.0),
+    ("H200", 4.8),
+    ("H100 NVL", 3.9),
+    ("H100 PCIE", 2.0),
+    ("H100", 3.35),
+    ("H800", 3.35),
+    ("B200", 8.0),
+    ("A100-SXM4-80GB", 2.039),
+    ("A100 80GB PCIE", 1.935),
+    ("A100-PCIE-80GB", 1.935),
+    ("A100", 1.555),
+    ("A800", 2.039),
+    ("L40S", 0.864),
+    ("L40", 0.864),
+    ("A10G", 0.6),
+    ("A10", 0.6),
+    ("L4", 0.3),
+    ("V100", 0.9),
+    ("T4", 0.32),
+    ("RTX 4090", 1.008),
+)
+
+
+class Candidate:
+    """One layout: TP x PP per replica, DP replicas, EP on or off, and how a replica spans nodes.
+
+    ``r``: nodes per replica (1 inside a node), ``local``: ranks per node of a
+    replica, ``tp_across``: TP spans nodes, ``step``: the tree's step that
+    proposed it; ``nnodes`` and ``rpn`` (replicas per node) are set by ``place``.
+    """
+
+    __slots__ = ("tp", "pp", "dp", "ep_on", "r", "local", "tp_across", "step", "nnodes", "rpn")
+
+    def __init__(self, tp, pp, dp, ep_on, r, local, tp_across, step):
+        self.tp, self.pp, self.dp, self.ep_on = tp, pp, dp, ep_on
+        self.r, self.local, self.tp_across, self.step = r, local, tp_across, step
+        self.nnodes = self.rpn = None
+
+    @property
+    def world(self):
+        return self.tp * self.pp
+
+    def label(self):
+        parts = [f"TP={self.tp}"]
+        if self.pp > 1:
+            parts.append(f"PP={self.pp}")
+        if self.dp > 1:
+            parts.append(f"DP={self.dp}")
+        if self.ep_on:
+            parts.append(f"EP={self.tp * self.dp}")
+        return " x ".join(parts)
+
+
+def tp_rule_violation(spec, tp):
+    """vLLM's checks of TP against the attention heads, as vLLM words them; None when valid."""
+    if spec["heads"] % tp:
+        return f"Total number of attention heads ({spec['heads']}) must be divisible by tensor parallel size ({tp})"
+    if spec["attention"] != "mla":
+        kv = spec["kv_heads"]
+        if kv >= tp and kv % tp:
+            return f"the {kv} KV heads must be divisible by tensor parallel size ({tp})"
+        if kv < tp and tp % kv:
+            return f"tensor parallel size ({tp}) must be a multiple of the {kv} KV heads when it exceeds them"
+    return None
+
+
+def place(inputs, cand):
+    """Put the replicas on nodes the way ``--nnodes`` spreads them; False if they do not fit."""
+    if cand.r > 1:
+        nnodes = cand.dp * cand.r
+        if nnodes > inputs.n_nodes:
+            return False
+        cand.nnodes, cand.rpn = nnodes, 0
+        return True
+    per_node = inputs.gpus_per_node // cand.world
+    for nnodes in range(1, inputs.n_nodes + 1):
+        if cand.dp % nnodes == 0 and cand.dp // nnodes <= per_node:
+            cand.nnodes, cand.rpn = nnodes, cand.dp // nnodes
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+def _replica_shapes(inputs):
+    """Every (tp, pp, nodes per replica, ranks per node, tp across nodes) vLLM accepts here."""
+    spec, gpus, n_nodes = inputs.spec, inputs.gpus_per_node, inputs.n_nodes
+    total = gpus * n_nodes
+    shapes = []
+    for tp in range(1, total + 1):
+        if tp_rule_violation(spec, tp) or (tp > gpus and not inputs.allow_tp_across_nodes):
+            continue
+        for pp in range(1, min(spec["layers"], total // tp) + 1):
+            world = tp * pp
+            if world <= gpus:
+                shapes.append((tp, pp, 1, world, False))
+                continue
+            for r in range(2, n_nodes + 1):
+                if world % r or world // r > gpus:
+                    continue
+                local = world // r
+                if local % tp == 0:
+                    shapes.append((tp, pp, r, local, False))
+                    break
+                if inputs.allow_tp_across_nodes and tp % local == 0:
+                    shapes.append((tp, pp, r, local, True))
+                    break
+    return shapes
+
+
+def _ordered_candidates(inputs):
+    """Candidates in the order the seed's decision tree considers them."""
+    shapes = _replica_shapes(inputs)
+    spec = inputs.spec
+    dp_default = inputs.pins.get("dp", 1)
+
+    def dense(step, selected):
+        for tp, pp, r, local, across in selected:
+            yield Candidate(tp, pp, dp_default, False, r, local, across, step)
+
+    single = [s for s in shapes if s[0] == 1 and s[1] == 1]
+    in_node_tp = sorted((s for s in shapes if s[2] == 1 and s[1] == 1 and s[0] > 1), key=lambda s: s[0])
+    in_node_pp = sorted((s for s in shapes if s[2] == 1 and s[1] > 1), key=lambda s: (s[0] * s[1], s[1]))
+    multi = sorted((s for s in shapes if s[2] > 1), key=lambda s: (s[2], s[4], -s[3], -s[0], s[1]))
+    multi = [s for s in multi if inputs.mode.accepts_multi_node_shape(inputs.gpus_per_node, s[3], s[4])]
+
+    ep_allowed = (
+        spec["is_moe"] and inputs.device == "cuda" and inputs.mode.plans_expert_parallel
+        and inputs.pins.get("ep") != 1
+    )
+
+    def expert_parallel(first_nodes, last_nodes):
+        if not ep_allowed:
+            return
+        pinned = "dp" in inputs.pins or "ep" in inputs.pins
+        if pinned and first_nodes > 1:
+            return  # a pinned DP or EP size fixes the node count: yielded once already
+        tps = [tp for tp in range(1, inputs.gpus_per_node + 1) if not tp_rule_violation(spec, tp)]
+        for nodes in range(first_nodes, first_nodes + 1 if pinned else last_nodes + 1):
+            for tp in tps:
+                if "dp" in inputs.pins:
+                    dp = inputs.pins["dp"]
+                elif "ep" in inputs.pins:
+                    if inputs.pins["ep"] % tp:
+                        continue
+                    dp = inputs.pins["ep"] // tp
+                else:
+                    if (nodes * inputs.gpus_per_node) % tp:
+                        continue
+                    dp = nodes * inputs.gpus_per_node // tp
+                if dp < 2 and "ep" not in inputs.pins:
+                    continue
+                if tp * dp > spec["experts"]:
+                    continue  # an EP rank without experts
+                yield Candidate(tp, 1, dp, True, 1, tp, False, "ep_dp")
+
+    yield from dense("single", single)
+    yield from expert_parallel(1, 1)
+    yield from dense("tp_in_node", in_node_tp)
+    yield from dense("tp_pp_in_node", in_node_pp)
+    yield from expert_parallel(2, inputs.n_nodes)
+    yield from dense("multi_node", multi)
+
+
+def _matches_pins(inputs, cand):
+    pins = inputs.pins
+    if "tp" in pins and cand.tp != pins["tp"]:
+        return False
+    if "pp" in pins and cand.pp != pins["pp"]:
+        return False
+    if "dp" in pins and cand.dp != pins["dp"]:
+        return False
+    if "ep" in pins:
+        if pins["ep"] == 1:
+            return not cand.ep_on
+        return cand.ep_on and cand.tp * cand.dp == pins["ep"]
+    return True
+
+
+# --------------------------------------------------------------------------- the search
+
+
+def check_pins(inputs):
+    """Reject overrides that break a rule, with vLLM's own wording where it has one."""
+    spec, pins, gpus = inputs.spec, inputs.pins, inputs.gpus_per_node
+    total = gpus * inputs.n_nodes
+    say = inputs.request.setting
+    tp, pp, dp, ep = pins.get("tp"), pins.get("pp"), pins.get("dp"), pins.get("ep")
+    if tp is not None:
+        violation = tp_rule_violation(spec, tp)
+        if violation:
+            raise PlanError(f"{say('overrides.tp', tp)} is invalid for {spec['name']}: {violation}")
+        if tp > gpus and not inputs.allow_tp_across_nodes:
+            raise PlanError(
+                f"{say('overrides.tp', tp)} exceeds the {gpus} GPUs of one node: TP stays inside a node "
+                "(set allow_tp_across_nodes to break that rule on purpose)"
+            )
+    if pp is not None and pp > spec["layers"]:
+        raise PlanError(
+            f"{say('overrides.pp', pp)} exceeds the model's {spec['layers']} layers: a stage would hold no layer"
+        )
+    if ep is not None and ep > 1:
+        _check_expert_pin(inputs, say, tp, pp, dp, ep)
+    if dp is not None and dp > 1:
+        refusal = inputs.mode.refuse_data_parallel(say("overrides.dp", dp))
+        if refusal:
+            raise PlanError(refusal)
+        if inputs.device == "cpu" and spec["is_moe"]:
+            raise PlanError(
+                f"{say('overrides.dp', dp)} on a MoE model: MoE data parallel fails on the CPU platform "
+                "(all_gatherv is not implemented)"
+            )
+    known = [v for v in (tp, pp, dp) if v is not None]
+    if ep is not None and ep > 1:
+        known = [ep]
+    if known and math.prod(known) > total:
+        raise PlanError(
+            f"the overrides need {math.prod(known)} GPUs; the cluster has {inputs.n_nodes} x {gpus} = {total}"
+        )
+
+
+def _check_expert_pin(inputs, say, tp, pp, dp, ep):
+    spec, pinned = inputs.spec, say("overrides.ep", ep)
+    if not spec["is_moe"]:
+        raise PlanError(
+            f"{pinned} on the dense model {spec['name']}: Number of experts in the model must be greater than 0 "
+            "when expert parallelism is enabled"
+        )
+    if inputs.device == "cpu":
+        raise PlanError(f"{pinned}: expert parallel serving does not work on the CPU platform (first forward crashes)")
+    refusal = inputs.mode.refuse_expert_parallel(pinned)
+    if refusal:
+        raise PlanError(refusal)
+    if pp not in (None, 1):
+        raise PlanError(f"{pinned} with pp={pp}: this planner does not combine expert and pipeline parallel")
+    if tp is not None and dp is not None and tp * dp != ep:
+        raise PlanError(f"{pinned} must equal tp x dp = {tp} x {dp} = {tp * dp} (vLLM sets EP = TP x DP)")
+    if tp is not None and ep % tp:
+        raise PlanError(f"{pinned} is not a multiple of tp={tp}: EP = TP x DP")
+    if dp is not None and ep % dp:
+        raise PlanError(f"{pinned} is not a multiple of dp={dp}: EP = TP x DP")
+    if ep > spec["experts"]:
+        raise PlanError(f"{pinned} exceeds the {spec['experts']} experts of {spec['name']}: some EP ranks would hold none")
+
+
+def choose(inputs):
+    """Walk the candidates; return (candidate, evaluation, trace, default_target_missed)."""
+    trace, first_fit, best_failed, placement_failures = [], None, None, []
+    for cand in _ordered_candidates(inputs):
+        if not _matches_pins(inputs, cand):
+            continue
+        if not place(inputs, cand):
+            placement_failures.append(cand)
+            continue
+        ev = evaluate(inputs, cand)
+        trace.append((cand, ev))
+        if ev["fits"] and first_fit is None:
+            first_fit = (cand, ev)
+        if not ev["fits"] and (best_failed is None or ev["weights_max"] < best_failed[1]["weights_max"]):
+            best_failed = (cand, ev)
+        if ev["meets_target"]:
+            return cand, ev, trace, False
+    if first_fit is not None and inputs.target_is_default:
+        return first_fit[0], first_fit[1], trace, True
+    raise PlanError(_no_fit_message(inputs, trace, best_failed, first_fit, placement_failures))
+
+
+def _no_fit_message(inputs, trace, best_failed, first_fit, placement_failures):
+    spec = inputs.spec
+    per_gpu = inputs.gpu_memory_bytes * (inputs.gpu_memory_utilization if inputs.device == "cuda" else 1)
+    where = (
+        f"{spec['name']} ({spec['weights_gib']} GiB of weights, {spec['params'] / 1e9:.1f}B params) on "
+        f"{inputs.n_nodes} node(s) x {inputs.gpus_per_node} x {inputs.gpu_name}"
+    )
+    budget = (
+        f"usable {gib(per_gpu)} GiB per GPU, {gib(per_gpu * inputs.gpus_per_node)} GiB per node, "
+        f"{gib(per_gpu * inputs.gpus_per_node * inputs.n_nodes)} GiB in the cluster"
+    )
+    if inputs.device == "cuda":
+        budget += f" at gpu_memory_utilization {inputs.gpu_memory_utilization}"
+    pins = ", ".join(f"{k}={v}" for k, v in sorted(inputs.pins.items()))
+    pinned = f" with {pins}" if pins else ""
+    if first_fit is not None:
+        cand, ev = max(((c, e) for c, e in trace if e["fits"]), key=lambda ce: ce[1]["concurrency"])
+        want = f"{inputs.concurrency_target:g} concurrent requests"
+        if inputs.kv_tokens_target is not None:
+            want += f" and {inputs.kv_tokens_target:,} KV tokens"
+        return (
+            f"no layout{pinned} meets the target for {where}: it asks for {want} at max_model_len "
+            f"{inputs.max_model_len:,}; the best, {cand.label()}, holds {ev['tokens']:,} tokens = "
+            f"{ev['concurrency']:.1f} concurrent ({budget})"
+        )
+    if best_failed is not None:
+        cand, ev = best_failed
+        return f"no layout{pinned} fits {where}: {budget}; the smallest per-GPU need, {cand.label()}, is {ev['why']}"
+    if placement_failures:
+        cand = placement_failures[0]
+        return (
+            f"no layout{pinned} can be placed for {where}: {cand.label()} needs "
+            f"{cand.world * cand.dp} GPUs in whole-node groups; the cluster has {inputs.n_nodes} x {inputs.gpus_per_node}"
+        )
+    return f"no layout{pinned} satisfies vLLM's rules for {where} (heads {spec['heads']}, KV heads {spec['kv_heads']})"
+
+
+# --------------------------------------------------------------------------- Q2: throughput
+
+
+def _hbm_bandwidth(inputs):
+    if inputs.device != "cuda":
+        return None
+    name = inputs.gpu_name.upper()
+    for key, value in HBM_TB_PER_S:
+        if key in name:
+            return value
+    return None
+
+
+def _throughput_dp(inputs, ev):
+    """Replicas needed for the throughput need: (dp, sentence on the per-replica figure)."""
+    need = inputs.throughput_need
+    if inputs.replica_throughput is not None:
+        per_replica = inputs.replica_throughput
+        source = f"the measured baseline of {per_replica:,.0f} tok/s per replica"
+    else:
+        bandwidth = _hbm_bandwidth(inputs)
+        if bandwidth is None:
+            raise PlanError(
+                f"{inputs.request.setting('targets.throughput_need_tok_s', f'{need:,.0f}')} but the planner cannot "
+                f"estimate one replica's throughput on {inputs.gpu_name!r} ({inputs.device}): measure the "
+                "single-replica baseline (the seed's step 0) and pass replica_throughput_tok_s"
+            )
+        tpot = ev["weights_max"] / (bandwidth * 1e12) * DECODE_SLOWDOWN
+        batch = min(ESTIMATE_CONCURRENCY, max(ev["concurrency"], 1.0))
+        per_replica = batch / tpot
+        source = (
+            f"an estimate of {per_replica:,.0f} tok/s per replica ({batch:.0f} concurrent requests, "
+            f"{DECODE_SLOWDOWN}x the {bandwidth} TB/s weight-streaming roofline; measure it and pass "
+            "replica_throughput_tok_s)"
+        )
+    return max(1, math.ceil(need / per_replica)), source
+
+
+def scale_for_throughput(inputs, cand, ev):
+    """The seed's Q2: (candidate, evaluation, sentence or None) with DP replicas for the throughput need."""
+    if inputs.throughput_need is None:
+        return cand, ev, None
+    if cand.ep_on:
+        return cand, ev, ("Q2 (throughput): EP + DP already spreads requests over every DP rank; "
+                          "measure it with the fixed benchmark.")
+    if "dp" in inputs.pins:
+        return cand, ev, None
+    dp, source = _throughput_dp(inputs, ev)
+    need_text = inputs.request.setting("targets.throughput_need_tok_s", f"{inputs.throughput_need:,.0f}")
+    if dp <= 1:
+        return cand, ev, f"Q2 Is one replica fast enough? Yes: {inputs.throughput_need:,.0f} tok/s needed, {source}."
+    refusal = inputs.mode.refuse_replicas(f"{need_text} needs {dp} replicas ({source})")
+    if refusal:
+        raise PlanError(refusal)
+    if inputs.device == "cpu" and inputs.spec["is_moe"]:
+        raise PlanError(f"throughput needs {dp} replicas of a MoE model: MoE data parallel fails on the CPU platform")
+    grown = None
+    for count in range(dp, inputs.n_nodes * inputs.gpus_per_node // cand.world + 1):
+        trial = Candidate(cand.tp, cand.pp, count, False, cand.r, cand.local, cand.tp_across, cand.step)
+        if place(inputs, trial):
+            grown = trial
+            break
+    if grown is None:
+        raise PlanError(
+            f"{need_text} needs {dp} replicas of {cand.label()} ({source}) = {dp * cand.world} GPUs spread "
+            f"evenly over whole nodes; the cluster has {inputs.n_nodes} x {inputs.gpus_per_node}"
+        )
+    rounded = (
+        f" (rounded up from {dp} so the replicas split evenly over {grown.nnodes} nodes)" if grown.dp > dp else ""
+    )
+    return grown, evaluate(inputs, grown), (
+        f"Q2 Is one replica fast enough? No: {inputs.throughput_need:,.0f} tok/s needed, {source}: "
+        f"{grown.dp} DP replicas{rounded} behind vLLM's load balancer."
+    )
+
+
+# --------------------------------------------------------------------------- after the choice
+
+
+def settle(inputs, cand):
+    """What the chosen layout decides: identical nodes, the CPU's eager default, EPLB."""
+    spec = inputs.spec
+    used = inputs.nodes[: cand.nnodes]
+    for node in used[1:]:
+        if node["gpus"] != used[0]["gpus"]:
+            raise PlanError(
+                f"nodes {used[0]['name']} and {node['name']} of one deployment differ: {used[0]['gpus']} vs "
+                f"{node['gpus']} (nodes of one replica must be identical: GPU model, count, memory)"
+            )
+    if inputs.device == "cpu":
+        if inputs.enforce_eager_given and cand.pp > 1:
+            raise PlanError(
+                f"{inputs.request.label('enforce_eager')} with PP={cand.pp} on the CPU platform: the first request "
+                "crashes (intermediate tensors are never allocated); leave enforce_eager unset"
+            )
+        if inputs.enforce_eager_given is None:
+            inputs.enforce_eager = cand.pp == 1
+    eplb = inputs.request.label("enable_eplb")
+    if cand.ep_on:
+        ep = cand.tp * cand.dp
+        even = spec["experts"] % ep == 0
+        if inputs.enable_eplb:
+            if not even:
+                raise PlanError(
+                    f"{eplb}: EPLB currently only supports even distribution of experts across ranks. "
+                    f"Got {spec['experts']} experts and {ep} EP ranks."
+                )
+            inputs.eplb = True
+        elif inputs.enable_eplb is None:
+            inputs.eplb = even
+            if not even:
+                inputs.eplb_disabled_reason = (
+                    f"EPLB left off: {spec['experts']} experts do not split evenly over EP={ep} ranks."
+                )
+    elif inputs.enable_eplb:
+        raise PlanError(f"{eplb} needs expert parallel (enable_expert_parallel must be True to use EPLB)")

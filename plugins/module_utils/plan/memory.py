@@ -1,0 +1,199 @@
+"""The memory model: weights per pipeline stage, the reserve, and the KV capacity vLLM would report.
+
+``evaluate(inputs, cand)`` is the one formula (docs/planner.md, "Memory"): per
+GPU, requested memory (total x gpu_memory_utilization on CUDA) minus weights
+minus the reserve gives KV bytes; KV blocks of ``block_size`` tokens at the
+binding stage's bytes per token give tokens and concurrency at max_model_len.
+On CPU the KV space is fixed (VLLM_CPU_KVCACHE_SPACE) and the result is exact.
+
+Pure Python, no Ansible import.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import GIB, gib
+
+# KV block size vLLM uses: CUDA attention 16 (MLA backends such as FlashMLA 64);
+# CPU attention 128 (CPU MLA 16). Source: platforms/cpu.py, CacheConfig.
+BLOCK_SIZE = {("cuda", False): 16, ("cuda", True): 64, ("cpu", False): 128, ("cpu", True): 16}
+
+# CUDA memory reserve (an estimate; vLLM profiles it at start-up):
+CUDA_BASE_RESERVE_GIB = 1.0  # CUDA context, cuBLAS workspace, allocator slack
+CUDA_COMM_RESERVE_GIB = 0.5  # NCCL buffers and custom all-reduce when world_size > 1
+CUDA_GRAPH_RESERVE_GIB = 0.5  # CUDA graph pool; 0 with --enforce-eager
+PROFILE_TOKENS = 8192  # tokens of vLLM's dummy profiling batch (max_num_batched_tokens)
+ACTIVATION_VALUES_PER_TOKEN = 12  # x hidden_size: peak live activations per token
+
+
+def _layer_bytes_by_kind(inputs, tp):
+    cache = inputs.layer_cache
+    if tp not in cache:
+        spec = inputs.spec
+        moe_layers = spec["_moe_layer_set"]
+        dense_index = next((i for i in range(spec["layers"]) if i not in moe_layers), None)
+        moe_index = next(iter(sorted(moe_layers)), None)
+        dense = mc.layer_bytes(spec, dense_index, tp)[0] if dense_index is not None else 0.0
+        moe_non_expert, routed = mc.layer_bytes(spec, moe_index, tp) if moe_index is not None else (0.0, 0.0)
+        cache[tp] = (dense, moe_non_expert, routed)
+    return cache[tp]
+
+
+def reserve_gib(inputs, cand):
+    """What vLLM keeps off the KV cache per GPU besides the weights (CUDA; none on CPU)."""
+    if inputs.device == "cpu":
+        return {}
+    reserve = {
+        "cuda_context_gib": CUDA_BASE_RESERVE_GIB,
+        "communication_gib": CUDA_COMM_RESERVE_GIB
+        if cand.world * (cand.dp if inputs.moe_shared_dp(cand) else 1) > 1
+        else 0.0,
+        "cuda_graphs_gib": 0.0 if inputs.enforce_eager else CUDA_GRAPH_RESERVE_GIB,
+        "activations_gib": round(
+            PROFILE_TOKENS * ACTIVATION_VALUES_PER_TOKEN * inputs.spec["hidden_size"] * inputs.spec["dtype_bytes"]
+            / GIB,
+            3,
+        ),
+    }
+    reserve["total_gib"] = round(sum(reserve.values()), 3)
+    return reserve
+
+
+def evaluate(inputs, cand):
+    """Memory of every pipeline stage of one replica, and the KV capacity vLLM would report."""
+    spec = inputs.spec
+    dense, moe_non_expert, routed = _layer_bytes_by_kind(inputs, cand.tp)
+    if cand.ep_on:
+        ep = cand.tp * cand.dp
+        routed_share = routed * math.ceil(spec["experts"] / ep) / spec["experts"] if spec["experts"] else 0.0
+    else:
+        routed_share = routed / (cand.tp * (cand.dp if inputs.moe_shared_dp(cand) else 1))
+    partition = mc.pp_partition(spec["layers"], cand.pp)
+    kv_per_layer = mc.kv_bytes_per_token_per_layer(spec, cand.tp)
+    block = inputs.block_size
+    reserve = reserve_gib(inputs, cand)
+    stages, start = [], 0
+    for stage, count in enumerate(partition):
+        moe_count = inputs.moe_prefix[start + count] - inputs.moe_prefix[start]
+        weights = (count - moe_count) * dense + moe_count * (moe_non_expert + routed_share)
+        weights += mc.embedding_bytes(spec, cand.tp, first_stage=stage == 0, last_stage=stage == cand.pp - 1,
+                                      pp=cand.pp)
+        per_token = count * kv_per_layer
+        if inputs.device == "cpu":
+            kv_bytes = inputs.cpu_kvcache_space_gib * GIB
+        else:
+            requested = math.ceil(inputs.gpu_memory_bytes * inputs.gpu_memory_utilization)
+            kv_bytes = requested - weights - reserve["total_gib"] * GIB
+        blocks = int(kv_bytes // (block * per_token)) if kv_bytes > 0 and per_token else 0
+        stages.append({"stage": stage, "layers": count, "weights": weights, "kv_bytes": kv_bytes,
+                       "per_token": per_token, "blocks": blocks})
+        start += count
+    binding = min(stages, key=lambda s: s["blocks"])
+    num_blocks = binding["blocks"]
+    blocks_per_request = math.ceil(inputs.max_model_len / block)
+    concurrency = num_blocks / blocks_per_request
+    tokens = int(concurrency * inputs.max_model_len)
+    weights_max = max(s["weights"] for s in stages)
+    result = {
+        "stages": stages,
+        "weights_max": weights_max,
+        "kv_bytes_min": min(s["kv_bytes"] for s in stages),
+        "per_token_binding": binding["per_token"],
+        "num_blocks": num_blocks,
+        "blocks_per_request": blocks_per_request,
+        "concurrency": concurrency,
+        "tokens": tokens,
+        "reserve": reserve,
+        "routed_share": routed_share,
+    }
+    _judge_fit(inputs, result, block)
+    result["meets_target"] = result["fits"] and meets_target(inputs, result)
+    return result
+
+
+def _judge_fit(inputs, result, block):
+    num_blocks, blocks_per_request = result["num_blocks"], result["blocks_per_request"]
+    weights_max, reserve = result["weights_max"], result["reserve"]
+    if inputs.device == "cpu":
+        worker_memory = inputs.gpu_memory_bytes
+        need = weights_max + inputs.cpu_kvcache_space_gib * GIB
+        result["fits"] = need <= worker_memory and num_blocks - 1 >= blocks_per_request
+        if need > worker_memory:
+            result["why"] = (
+                f"{gib(weights_max)} GiB of weights + {inputs.cpu_kvcache_space_gib} GiB KV per worker "
+                f"> {gib(worker_memory)} GiB per worker"
+            )
+    else:
+        usable = inputs.gpu_memory_bytes * inputs.gpu_memory_utilization
+        result["fits"] = result["kv_bytes_min"] > 0 and num_blocks - 1 >= blocks_per_request
+        if result["kv_bytes_min"] <= 0:
+            result["why"] = (
+                f"{gib(weights_max)} GiB of weights + {reserve['total_gib']} GiB reserve per GPU "
+                f"> {gib(usable)} GiB usable"
+            )
+    if "why" not in result and not result["fits"]:
+        result["why"] = (
+            f"the KV cache holds {num_blocks} blocks of {block} tokens; one request of {inputs.max_model_len} "
+            f"tokens needs {blocks_per_request} (+1 reserved block)"
+        )
+
+
+def meets_target(inputs, ev):
+    if ev["concurrency"] < inputs.concurrency_target:
+        return False
+    return inputs.kv_tokens_target is None or ev["tokens"] >= inputs.kv_tokens_target
+
+
+def summary(inputs, ev):
+    """One evaluation in a few words (the decision path lists them)."""
+    if not ev["fits"]:
+        return ev["why"]
+    return (
+        f"{gib(ev['weights_max'])} GiB weights/GPU, {ev['tokens']:,} KV tokens = "
+        f"{ev['concurrency']:.1f} concurrent at {inputs.max_model_len:,}"
+    )
+
+
+def kv_tolerance(ev):
+    """How far vLLM's measured KV tokens may fall from the CUDA estimate (the reserve over the KV GiB)."""
+    kv_gib = ev["kv_bytes_min"] / GIB
+    return round(min(1.0, max(0.05, ev["reserve"]["total_gib"] / kv_gib)), 3) if kv_gib > 0 else 1.0
+
+
+def memory_section(inputs, cand, ev):
+    """The plan's ``memory`` key: per-GPU figures and every number the formulas used."""
+    spec = inputs.spec
+    per_gpu_usable = inputs.gpu_memory_bytes * (inputs.gpu_memory_utilization if inputs.device == "cuda" else 1)
+    memory_inputs = {
+        "device_memory_gib": gib(inputs.gpu_memory_bytes),
+        "gpu_memory_utilization": inputs.gpu_memory_utilization,
+        "usable_gib_per_gpu": gib(per_gpu_usable),
+        "weights_gib_by_stage": [gib(stage["weights"]) for stage in ev["stages"]],
+        "layers_by_stage": [stage["layers"] for stage in ev["stages"]],
+        "kv_cache_gib_by_stage": [gib(stage["kv_bytes"]) for stage in ev["stages"]],
+        "kv_bytes_per_token_by_stage": [stage["per_token"] for stage in ev["stages"]],
+        "num_blocks_by_stage": [stage["blocks"] for stage in ev["stages"]],
+        "kv_heads_per_rank": mc.kv_heads_per_rank(spec, cand.tp),
+        "kv_bytes_per_token_per_layer": mc.kv_bytes_per_token_per_layer(spec, cand.tp),
+        "kv_dtype_bytes": spec["dtype_bytes"],
+        "weight_bytes_per_param": spec["weight_bytes_per_param"],
+        "routed_expert_gib_per_gpu_per_layer": gib(ev["routed_share"]),
+        "num_blocks": ev["num_blocks"],
+        "blocks_per_request": ev["blocks_per_request"],
+        "max_model_len": inputs.max_model_len,
+    }
+    if inputs.device == "cpu":
+        memory_inputs["cpu_kvcache_space_gib"] = inputs.cpu_kvcache_space_gib
+    else:
+        memory_inputs["reserve_gib"] = ev["reserve"]
+    return {
+        "weights_gib_per_gpu": gib(ev["weights_max"]),
+        "kv_cache_gib_per_gpu": gib(ev["kv_bytes_min"]),
+        "kv_bytes_per_token_per_gpu": ev["per_token_binding"],
+        "kv_cache_tokens": ev["tokens"],
+        "max_concurrency": round(ev["concurrency"], 2),
+        "block_size": inputs.block_size,
+        "inputs": memory_inputs,
+    }

@@ -1,0 +1,145 @@
+"""The layout on the nodes: one row per worker, then each node's role, ``vllm serve`` argv and environment.
+
+``rank_table`` says where every rank runs and what vLLM's lines will say about
+it (verify reads it through plan/expect.py); ``layout_nodes`` renders the
+plan's ``nodes``: the launch mode decides which nodes run ``vllm serve``, which
+are headless and the executor's arguments (launch/).
+
+Pure Python, no Ansible import.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import is_ip
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import PlanError
+
+
+def rank_table(inputs, cand):
+    """One row per worker: where it runs and what vLLM's log lines will say about it."""
+    rows, world = [], cand.world
+    shared = inputs.moe_shared_dp(cand)
+    for d in range(cand.dp):
+        for w in range(world):
+            tp_rank, pp_rank = w % cand.tp, w // cand.tp
+            if cand.r > 1:
+                node = d * cand.r + w // cand.local
+                local_rank = w % cand.local
+                device_index = local_rank
+            else:
+                node = d // cand.rpn
+                local_rank = w
+                device_index = (d % cand.rpn) * world + w
+            ep_rank = (d if shared else 0) * cand.tp + tp_rank if inputs.spec["is_moe"] else None
+            name = "Worker"
+            if shared and cand.dp > 1:
+                name += f"_DP{d}"
+            if cand.pp > 1:
+                name += f"_PP{pp_rank}"
+            if cand.tp > 1:
+                name += f"_TP{tp_rank}"
+            if cand.ep_on:
+                name += f"_EP{ep_rank}"
+            rows.append(
+                {
+                    "rank": d * world + w,
+                    "node": inputs.nodes[node]["name"],
+                    "node_index": node,
+                    "device_index": device_index,
+                    "local_rank": local_rank,
+                    "dp": d,
+                    "pp": pp_rank,
+                    "tp": tp_rank,
+                    "ep": ep_rank if cand.ep_on else None,
+                    "process": name,
+                    "engine": f"EngineCore_DP{d}" if cand.dp > 1 else "EngineCore",
+                    "log_rank": d * world + w if shared else w,
+                    "log_world_size": world * cand.dp if shared else world,
+                    "log_dp_rank": d if shared else 0,
+                    "log_ep_rank": ep_rank,
+                    "log_eplb_rank": ep_rank if inputs.eplb else None,
+                }
+            )
+    return rows
+
+
+def _cpu_binding(inputs, node_name, workers):
+    cores = inputs.cpu_cores_per_node if inputs.cpu_cores_per_node is not None else workers
+    if cores < workers:
+        raise PlanError(
+            f"node {node_name} runs {workers} CPU workers but has {cores} cores: "
+            "VLLM_CPU_OMP_THREADS_BIND needs at least one core per worker"
+        )
+    share = cores // workers
+    lists = []
+    for index in range(workers):
+        first, last = index * share, (index + 1) * share - 1
+        lists.append(str(first) if first == last else f"{first}-{last}")
+    return "|".join(lists)
+
+
+def serve_argv(inputs, cand, node_rank, head_address):
+    """``vllm serve`` for one node: the model, port, sizes, targets, then the launch mode's arguments."""
+    spec, ports = inputs.spec, inputs.ports
+    argv = ["vllm", "serve", spec["path"], "--port", str(ports["api"])]
+    if inputs.api_host is not None:
+        argv += ["--host", inputs.api_host]
+    argv += ["--tensor-parallel-size", str(cand.tp), "--pipeline-parallel-size", str(cand.pp)]
+    if cand.dp > 1:
+        argv += ["--data-parallel-size", str(cand.dp)]
+    if cand.ep_on:
+        argv.append("--enable-expert-parallel")
+    if inputs.eplb:
+        argv.append("--enable-eplb")
+    argv += ["--max-model-len", str(inputs.max_model_len),
+             "--gpu-memory-utilization", f"{inputs.gpu_memory_utilization:g}"]
+    if inputs.enforce_eager:
+        argv.append("--enforce-eager")
+    if inputs.load_format is not None:
+        argv += ["--load-format", inputs.load_format]
+    return argv + inputs.mode.executor_argv(cand.nnodes, cand.dp, node_rank, head_address, ports)
+
+
+def node_env(inputs, node, workers):
+    env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    local_model = inputs.spec["path"].startswith("/")
+    if inputs.device == "cpu" or local_model:
+        env["HF_HUB_OFFLINE"] = "1"
+    if inputs.device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(inputs.cpu_kvcache_space_gib)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = _cpu_binding(inputs, node["name"], workers)
+        if is_ip(node["address"]):
+            env["VLLM_HOST_IP"] = node["address"]
+    env.update(node["network_env"])
+    return dict(sorted(env.items()))
+
+
+def layout_nodes(inputs, cand, rows):
+    """The plan's ``nodes``: rank, role, ranks, GPUs, argv and env of every node the layout uses."""
+    mode = inputs.mode
+    used = inputs.nodes[: cand.nnodes]
+    head = used[0]
+    by_node = {node["name"]: [] for node in used}
+    for row in rows:
+        by_node[row["node"]].append(row)
+    result = []
+    for index, node in enumerate(used):
+        node_rows = by_node[node["name"]]
+        runs_vllm = mode.runs_vllm(index)
+        entry = {
+            "node_rank": index,
+            "host": node["name"],
+            "address": node["address"],
+            "role": "head" if index == 0 else "worker",
+            "ranks": [row["rank"] for row in node_rows],
+            "local_gpus": sorted({row["device_index"] for row in node_rows}),
+            "dp_ranks": sorted({row["dp"] for row in node_rows}),
+            "headless": mode.headless(index),
+            "runs_vllm": runs_vllm,
+            "argv": serve_argv(inputs, cand, index, head["address"]) if runs_vllm else [],
+            "env": node_env(inputs, node, len(node_rows)),
+        }
+        if node["fabric_interface"]:
+            entry["fabric_interface"] = node["fabric_interface"]
+        entry.update(mode.node_extras(node, head, len(entry["local_gpus"]), inputs.ports))
+        result.append(entry)
+    return result
