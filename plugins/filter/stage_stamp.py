@@ -43,7 +43,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import stage_stamp  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import stage_stamp, stages  # noqa: E402
 
 
 def stage_inputs_digest(plan, variables, code):
@@ -57,7 +57,7 @@ def stages_to_run(checks, forced_by="", tags=None, stages=None):
 
     forced_by: why nothing is skipped (an -e or a tag selection); empty for the fast path.
     tags: the run's --tags; when they name only stages, 'run' (the stamps cleared) is those stages.
-    stages: the stages of this deployment, in order (no ray for the mp backend); default all.
+    stages: the stages of this deployment, in order (filter deploy_stages); default all.
     """
     by_host = {host: {stage: entry.get("reasons", ["not checked"]) for stage, entry in (result or {}).items()}
                for host, result in checks.items()}
@@ -68,8 +68,27 @@ def stages_to_run(checks, forced_by="", tags=None, stages=None):
     return decision
 
 
+def deploy_stages(plan, every=False):
+    """The plan's deploy.yml stages in order, [{name, playbook, role}] (plugins/module_utils/deploy/stages.py).
+
+    every: the rows of every stage a stamp may carry (each launch mode's own included), whatever the plan.
+    """
+    if every:
+        return [stages.row(name) for name in stages.ALL_NAMES]
+    return stages.for_plan(plan)
+
+
+def deploy_stage(name, plan=None):
+    """One stage's row of the stage table by name, {name, playbook, role}."""
+    try:
+        return stages.row(name, plan)
+    except KeyError as exc:
+        raise AnsibleFilterError(f"deploy_stage: {exc.args[0]}") from None
+
+
 class FilterModule:
-    """vllm_ops.cluster stage stamp filters."""
+    """vllm_ops.cluster stage filters (stages_to_run, deploy_stages, deploy_stage: the .yml docs beside this file)."""
 
     def filters(self):
-        return {"stage_inputs_digest": stage_inputs_digest, "stages_to_run": stages_to_run}
+        return {"stage_inputs_digest": stage_inputs_digest, "stages_to_run": stages_to_run,
+                "deploy_stages": deploy_stages, "deploy_stage": deploy_stage}

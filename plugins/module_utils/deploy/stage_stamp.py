@@ -20,9 +20,9 @@ import shlex
 import stat
 from pathlib import Path
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.stages import ALL_NAMES as STAGES
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import parse_systemctl_show
 
-STAGES = ("preflight", "network", "firewall", "runtime", "ray", "vllm", "verify")
 STAMP_DIR = "/etc/vllm-cluster/stages"
 FORMAT = 1
 # Files up to this size are hashed; larger ones (model weights) are fingerprinted by size and mtime.

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import gpu_balance
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.vllm_logs import parse_assigned_line
 
@@ -318,7 +319,7 @@ def check(plan, observed, gpus=None, memory_tolerance=gpu_balance.DEFAULT_MEMORY
     workers_by_node, assigned_by_node, names_by_node = _attribute(plan, observed)
     planned_hosts = [node["host"] for node in plan["nodes"]]
     head = plan["nodes"][0]
-    mp = plan["backend"] == "mp"
+    mode = launch.of_plan(plan)
     exact_ranks = expect.get("ranks_by_node_exact", True)
 
     for node in plan["nodes"]:
@@ -347,7 +348,7 @@ def check(plan, observed, gpus=None, memory_tolerance=gpu_balance.DEFAULT_MEMORY
         if exact_ranks:
             rows.add(host, "DP/PP/TP/EP ranks", "; ".join(want_axes) or "none", "; ".join(got_axes) or "none",
                      want_axes == got_axes)
-        if mp:
+        if mode.worker_processes_named:
             want_names = sorted(r["process"] for r in rows_here)
             got_names = sorted(names_by_node.get(host, []))
             rows.add(host, "worker processes", " ".join(want_names) or "none", " ".join(got_names) or "none",
@@ -438,12 +439,8 @@ def readiness_targets(plan, host):
     node = next((n for n in plan["nodes"] if n["host"] == host), None)
     if node is None or not node.get("runs_vllm", True):
         return {"workers": 0, "engines": 0, "server": False}
-    if plan["backend"] == "ray":
-        workers = len(expect["rank_assignments"]) if node["node_rank"] == 0 else 0
-    else:
-        workers = sum(1 for r in expect["rank_assignments"] if r["node"] == host)
     return {
-        "workers": workers,
+        "workers": launch.of_plan(plan).readiness_workers(plan, node),
         "engines": sum(1 for e in expect["engines"] if e["node"] == host),
         "server": not node.get("headless", False),
     }

@@ -1,0 +1,96 @@
+"""deploy.yml's stages, in order: the one table that deploy.yml, the converged check, stage_stamp and the docs read.
+
+Each row names the stage (its tag and its stamp's name), the playbook that runs
+it, the role that does the work and what a skipped stage re-checks (the role's
+``__<role>_stage_evidence``: files, units, probes). ``launch`` is the launch
+mode's own bring-up: the row takes its name and role from the plan's mode
+(ray: stage ``ray``, role ``ray_cluster``; mp has none, so a mp plan skips it).
+
+tests/unit/test_stages.py checks deploy.yml's imports, the stage playbooks and
+docs/architecture.md's stage table against this one.
+
+Pure Python, no Ansible import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
+
+LAUNCH = "launch"
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str  # the tag, the stamp's name (/etc/vllm-cluster/stages/<name>.json)
+    playbook: str  # relative to the collection's root
+    role: str | None  # the role that does the work (None for the launch slot: the mode's role)
+    does: str  # what it proves or changes (the docs' table)
+    evidence: str  # what a skipped stage re-checks (the docs' table)
+
+
+STAGES = (
+    Stage("preflight", "playbooks/preflight.yml", "gpu_preflight",
+          "GPU count, model, driver/CUDA parity, no foreign GPU processes",
+          "`nvidia-smi --query-gpu=index,uuid,name,driver_version,memory.total,persistence_mode,ecc.mode.current`, "
+          "`ibstat`"),
+    Stage("network", "playbooks/network.yml", "nccl_network",
+          "fabric NIC, MTU, IB ports, NCCL/Gloo variables, reachability; optional all-reduce probe",
+          "`/etc/vllm-cluster/env`, the fabric interface's `mtu`, `operstate` and `ip -br addr`"),
+    Stage("firewall", "playbooks/firewall.yml", "node_firewall",
+          "one nftables table per node: internal ports only from the cluster, the API port from a CIDR list",
+          "`firewall.nft`, its unit file and unit, `nft --stateless list table inet vllm_cluster` "
+          "(rules without their counters)"),
+    Stage("runtime", "playbooks/runtime.yml", "vllm_runtime",
+          "one pinned venv per node (index or wheelhouse), service user, staged model, version parity",
+          "the venv's `pyvenv.cfg`, `bin/vllm` and its `*.dist-info` names, `id vllm`, the model directory"),
+    Stage(LAUNCH, "playbooks/launch.yml", None,
+          "the launch mode's own bring-up (ray: `ray-head`/`ray-worker` units, wait until Ray reports every "
+          "node and GPU; mp: none)",
+          "ray: the unit file and the `ray-head`/`ray-worker` unit"),
+    Stage("vllm", "playbooks/vllm.yml", "vllm_service",
+          "env file, API key file and `vllm.service` per node from the plan, coordinated restarts (stop every "
+          "node, then start every node), `/health`, smoke completion, rollback on failure",
+          "`vllm.service`, its drop-in directory, `vllm.env`, `api-key.env`, `plan.json`, `vllm-head-watch`, "
+          "the network env; the unit"),
+    Stage("verify", "playbooks/verify.yml", "vllm_verify",
+          "world_size, every rank once, ranks per node, DP/PP/TP/EP, KV tokens, GPU memory balance",
+          "the vLLM unit: the same invocation that verify saw"),
+)
+#: Every stage name a stamp may carry: the fixed stages and every launch mode's own.
+ALL_NAMES = tuple(
+    name
+    for stage in STAGES
+    for name in ([mode.stage for mode in launch.MODES.values() if mode.stage] if stage.name == LAUNCH else [stage.name])
+)
+
+
+def for_plan(plan):
+    """This plan's stages in order, as dicts {name, playbook, role}; the launch slot only when its mode has one."""
+    mode = launch.of_plan(plan)
+    rows = []
+    for stage in STAGES:
+        if stage.name == LAUNCH:
+            if mode.stage:
+                rows.append({"name": mode.stage, "playbook": stage.playbook, "role": mode.stage_role})
+            continue
+        rows.append({"name": stage.name, "playbook": stage.playbook, "role": stage.role})
+    return rows
+
+
+def names_for_plan(plan):
+    return [row["name"] for row in for_plan(plan)]
+
+
+def row(name, plan=None):
+    """The row of one stage by name (a launch mode's stage resolves with the plan's mode, or any mode)."""
+    for stage in STAGES:
+        if stage.name == name and stage.name != LAUNCH:
+            return {"name": stage.name, "playbook": stage.playbook, "role": stage.role}
+    modes = [launch.of_plan(plan)] if plan else list(launch.MODES.values())
+    for mode in modes:
+        if mode.stage == name:
+            launch_stage = next(stage for stage in STAGES if stage.name == LAUNCH)
+            return {"name": name, "playbook": launch_stage.playbook, "role": mode.stage_role}
+    raise KeyError(f"unknown stage {name!r}; the stages are {', '.join(ALL_NAMES)}")
