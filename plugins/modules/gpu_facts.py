@@ -172,10 +172,12 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi import (  # noqa: E402
     NvidiaSmiParseError,
     absent_summary,
-    parse_nvlink_status,
-    parse_query_xml,
-    parse_topo_matrix,
     summarize_gpus,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_query import parse_query_xml  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_topo import (  # noqa: E402
+    parse_nvlink_status,
+    parse_topo_matrix,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.tools import (  # noqa: E402
     parse_or_fail,

@@ -18,10 +18,8 @@ import pytest
 from ansible.module_utils.common.process import get_bin_path
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import tools
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.ibstat import IbParseError, parse_ibstat
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi import (
-    NvidiaSmiParseError,
-    parse_query_xml,
-)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi import NvidiaSmiParseError
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_query import parse_query_xml
 
 HOST = socket.gethostname()
 GPU = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"

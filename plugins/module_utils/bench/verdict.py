@@ -26,7 +26,7 @@ import re
 import statistics
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import profile as bench_profile
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi, nvidia_smi_tables
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import gpu_balance
 
 # Expected gain along one axis of size ratio k > 1 is max(1, efficiency x k):
@@ -309,8 +309,8 @@ def utilization_series(stage: dict) -> dict:
                 if not text:
                     continue
                 try:
-                    rows = nvidia_smi.parse_query_gpu_csv(text, fields=header.get("gpu_fields")
-                                                          or ["index", "utilization.gpu", "memory.used", "memory.total"])
+                    rows = nvidia_smi_tables.parse_query_gpu_csv(
+                        text, fields=header.get("gpu_fields") or ["index", "utilization.gpu", "memory.used", "memory.total"])
                 except nvidia_smi.NvidiaSmiParseError as error:
                     errors.append(f"{node}: {error}")
                     continue
