@@ -4,8 +4,9 @@
     python3 bench/gpu/plan_fit.py --out OUT_DIR [--model llama-3.1-70b] [--max-model-len 32768] [--gpus N]
 
 On a host with NVIDIA GPUs and PyTorch (no vLLM needed):
-1. the live facts: `nvidia-smi -q -x`, `topo -m`, `nvlink -s`, summarised by
-   plugins/module_utils/facts/nvidia_smi.py exactly as the gpu_facts module does;
+1. the live facts: `nvidia-smi -q -x`, `topo -m`, `nvlink -s`, parsed by
+   plugins/module_utils/facts/nvidia_smi_query.py and nvidia_smi_topo.py and
+   summarised by nvidia_smi.py exactly as the gpu_facts module does;
 2. the plan: plugins/module_utils/plan/ (build_plan) on those facts (one node), for a
    model that does not fit one GPU;
 3. the proof: on each GPU of the plan, the free memory before (cudaMemGetInfo),
@@ -26,11 +27,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "collections"))
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi import summarize_gpus  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_query import parse_query_xml  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_topo import (  # noqa: E402
     parse_nvlink_status,
-    parse_query_xml,
     parse_topo_matrix,
-    summarize_gpus,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan  # noqa: E402
 

@@ -237,7 +237,7 @@ import glob, json, os, sys
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import allreduce_bandwidth as bw
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import gpu_balance
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import nccl_transport
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi, nvidia_smi_query, nvidia_smi_tables, nvidia_smi_topo
 
 cap, out, smoke = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 GIB = bw.GIB
@@ -254,14 +254,14 @@ def attempt(key, func):
         summary["errors"].append(f"{key}: {type(exc).__name__}: {exc}")
 
 def facts():
-    xml = nvidia_smi.parse_query_xml(read("nvidia-smi-q.xml"))
-    topo = nvidia_smi.parse_topo_matrix(read("topo.txt"))
-    links = nvidia_smi.parse_nvlink_status(read("nvlink-s.txt")) if read("nvlink-s.txt") else None
+    xml = nvidia_smi_query.parse_query_xml(read("nvidia-smi-q.xml"))
+    topo = nvidia_smi_topo.parse_topo_matrix(read("topo.txt"))
+    links = nvidia_smi_topo.parse_nvlink_status(read("nvlink-s.txt")) if read("nvlink-s.txt") else None
     gpus = nvidia_smi.summarize_gpus(xml, topo, links)
     return {k: gpus.get(k) for k in ("count", "name", "driver_version", "cuda_version", "memory_total_mib",
                                      "compute_capability", "nvlink", "nvlink_links_per_pair", "nvswitch",
                                      "fabric_state", "persistence_mode", "mig_mode", "warnings")} | {
-        "topo": topo["matrix"], "query_csv": nvidia_smi.parse_query_gpu_csv(read("query-gpu.csv"))}
+        "topo": topo["matrix"], "query_csv": nvidia_smi_tables.parse_query_gpu_csv(read("query-gpu.csv"))}
 attempt("facts", facts)
 nvlink = (summary.get("facts") or {}).get("nvlink")
 gpu_name = (summary.get("facts") or {}).get("name")
@@ -314,12 +314,12 @@ attempt("nccl_tests", nccl_tests)
 def query_rows(name, fields):
     text = read(f"query-{name}.csv") or ""
     whole = "\n".join(l for l in text.splitlines() if l.count(",") == len(fields) - 1)
-    return nvidia_smi.parse_query_gpu_csv(whole, fields=fields)
+    return nvidia_smi_tables.parse_query_gpu_csv(whole, fields=fields)
 
 def balance(name):
     fields = ["index", "utilization.gpu", "memory.used", "memory.total"]
     rows = query_rows(name, fields)
-    dmon = nvidia_smi.parse_dmon(read(f"dmon-{name}.txt"))
+    dmon = nvidia_smi_tables.parse_dmon(read(f"dmon-{name}.txt"))
     loads = [json.loads(l) for l in (read(f"load-{name}.jsonl") or "").splitlines() if l.strip()]
     return {
         "load": loads,
@@ -333,7 +333,7 @@ for phase in ("balanced", "unbalanced"):
         attempt(f"balance_{phase}", lambda p=phase: balance(p))
 
 def settings(name):
-    return nvidia_smi.parse_query_gpu_csv(read(name) or "")
+    return nvidia_smi_tables.parse_query_gpu_csv(read(name) or "")
 attempt("gpu_settings", lambda: {"before": settings("settings-before.csv"), "after": settings("settings-after.csv")})
 
 steps = [l.split("\t") for l in (read("steps.tsv") or "").splitlines()[1:] if l.strip()]

@@ -166,63 +166,26 @@ ansible_facts:
 """
 
 import glob  # noqa: E402
-import os  # noqa: E402
 import socket  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi import (  # noqa: E402
     NvidiaSmiParseError,
     absent_summary,
-    parse_nvlink_status,
-    parse_query_xml,
-    parse_topo_matrix,
     summarize_gpus,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_query import parse_query_xml  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_topo import (  # noqa: E402
+    parse_nvlink_status,
+    parse_topo_matrix,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.tools import (  # noqa: E402
+    parse_or_fail,
+    resolve_binary,
+    run_tool,
 )
 
 EXTRA_SEARCH_DIRS = ["/usr/local/nvidia/bin", "/usr/bin", "/usr/local/bin"]
-
-
-def resolve_binary(module, binary):
-    if os.sep in binary:
-        return binary if os.path.isfile(binary) and os.access(binary, os.X_OK) else None
-    return module.get_bin_path(binary, opt_dirs=EXTRA_SEARCH_DIRS)
-
-
-def first_line(*texts):
-    for text in texts:
-        for line in (text or "").splitlines():
-            if line.strip():
-                return line.strip()
-    return "(no output)"
-
-
-def run_tool(module, argv, timeout):
-    """Run one query; fail the module with host, command, exit code and first error line."""
-    timeout_bin = module.get_bin_path("timeout")
-    full = [timeout_bin, "--kill-after=5", str(timeout)] + argv if timeout_bin else argv
-    rc, out, err = module.run_command(full, check_rc=False, environ_update={"LC_ALL": "C"})
-    if rc != 0:
-        reason = f"did not finish within {timeout}s" if timeout_bin and rc in (124, 137) else f"exited with {rc}"
-        module.fail_json(
-            msg=f"host {socket.gethostname()}: '{' '.join(argv)}' {reason}: {first_line(err, out)}",
-            rc=rc,
-            cmd=argv,
-            stdout=out,
-            stderr=err,
-        )
-    return out
-
-
-def parse_or_fail(module, parser, argv, out):
-    try:
-        return parser(out)
-    except NvidiaSmiParseError as error:
-        module.fail_json(
-            msg=f"host {socket.gethostname()}: cannot parse the output of '{' '.join(argv)}' (exit code 0): {error}",
-            cmd=argv,
-            stdout=out,
-        )
-    return None
 
 
 def main():
@@ -248,7 +211,7 @@ def main():
     params = module.params
     host = socket.gethostname()
     evidence = sorted(path for pattern in params["hardware_globs"] for path in glob.glob(pattern))
-    binary = resolve_binary(module, params["binary"])
+    binary = resolve_binary(module, params["binary"], opt_dirs=EXTRA_SEARCH_DIRS)
 
     if binary is None:
         if evidence:
@@ -264,15 +227,22 @@ def main():
         module.exit_json(changed=False, ansible_facts={"vllm_gpu": absent_summary()})
 
     query_argv = [binary, "-q", "-x"]
-    parsed = parse_or_fail(module, parse_query_xml, query_argv, run_tool(module, query_argv, params["timeout"]))
+    parsed = parse_or_fail(
+        module, parse_query_xml, query_argv, run_tool(module, query_argv, params["timeout"]),
+        errors=NvidiaSmiParseError,
+    )
     topo = nvlink = None
     if parsed["gpus"] and "topology" in params["collect"]:
         topo_argv = [binary, "topo", "-m"]
-        topo = parse_or_fail(module, parse_topo_matrix, topo_argv, run_tool(module, topo_argv, params["timeout"]))
+        topo = parse_or_fail(
+            module, parse_topo_matrix, topo_argv, run_tool(module, topo_argv, params["timeout"]),
+            errors=NvidiaSmiParseError,
+        )
     if parsed["gpus"] and "nvlink" in params["collect"]:
         nvlink_argv = [binary, "nvlink", "-s"]
         nvlink = parse_or_fail(
-            module, parse_nvlink_status, nvlink_argv, run_tool(module, nvlink_argv, params["timeout"])
+            module, parse_nvlink_status, nvlink_argv, run_tool(module, nvlink_argv, params["timeout"]),
+            errors=NvidiaSmiParseError,
         )
 
     facts = summarize_gpus(parsed, topo=topo, nvlink_status=nvlink)

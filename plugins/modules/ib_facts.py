@@ -127,7 +127,6 @@ ansible_facts:
 """
 
 import glob  # noqa: E402
-import os  # noqa: E402
 import socket  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -138,49 +137,11 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.ibstat impo
     parse_ibstat,
     summarize_ib,
 )
-
-
-def resolve_binary(module, binary):
-    if os.sep in binary:
-        return binary if os.path.isfile(binary) and os.access(binary, os.X_OK) else None
-    return module.get_bin_path(binary)
-
-
-def first_line(*texts):
-    for text in texts:
-        for line in (text or "").splitlines():
-            if line.strip():
-                return line.strip()
-    return "(no output)"
-
-
-def run_tool(module, argv, timeout):
-    """Run one command; fail the module with host, command, exit code and first error line."""
-    timeout_bin = module.get_bin_path("timeout")
-    full = [timeout_bin, "--kill-after=5", str(timeout)] + argv if timeout_bin else argv
-    rc, out, err = module.run_command(full, check_rc=False, environ_update={"LC_ALL": "C"})
-    if rc != 0:
-        reason = f"did not finish within {timeout}s" if timeout_bin and rc in (124, 137) else f"exited with {rc}"
-        module.fail_json(
-            msg=f"host {socket.gethostname()}: '{' '.join(argv)}' {reason}: {first_line(err, out)}",
-            rc=rc,
-            cmd=argv,
-            stdout=out,
-            stderr=err,
-        )
-    return out
-
-
-def parse_or_fail(module, parser, argv, out):
-    try:
-        return parser(out)
-    except IbParseError as error:
-        module.fail_json(
-            msg=f"host {socket.gethostname()}: cannot parse the output of '{' '.join(argv)}' (exit code 0): {error}",
-            cmd=argv,
-            stdout=out,
-        )
-    return None
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.tools import (  # noqa: E402
+    parse_or_fail,
+    resolve_binary,
+    run_tool,
+)
 
 
 def main():
@@ -213,13 +174,14 @@ def main():
         module.exit_json(changed=False, ansible_facts={"vllm_ib": absent_summary()})
 
     argv = [binary]
-    parsed = parse_or_fail(module, parse_ibstat, argv, run_tool(module, argv, params["timeout"]))
+    parsed = parse_or_fail(module, parse_ibstat, argv, run_tool(module, argv, params["timeout"]), errors=IbParseError)
     netdevs = None
     netdev_binary = resolve_binary(module, params["ibdev2netdev_binary"])
     if netdev_binary is not None:
         netdev_argv = [netdev_binary]
         netdevs = parse_or_fail(
-            module, parse_ibdev2netdev, netdev_argv, run_tool(module, netdev_argv, params["timeout"])
+            module, parse_ibdev2netdev, netdev_argv, run_tool(module, netdev_argv, params["timeout"]),
+            errors=IbParseError,
         )
 
     facts = summarize_ib(parsed, netdevs)

@@ -10,13 +10,16 @@ import json
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import report as bench_report
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import verdict as bench_verdict
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.stage import (
+    describe_layout,
+    stage_layout,
+    stage_metrics,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.verdict import (
     VerdictError,
     evaluate,
     expectations,
     expected_gains,
-    stage_layout,
-    stage_metrics,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import (
@@ -439,7 +442,7 @@ def test_layout_summary_of_the_seeds_scenarios():
     assert stage_layout(plan(4, gpus=4))["gpus"] == 4
     ep = stage_layout(moe_plan(True))
     assert (ep["tp"], ep["dp"], ep["ep"], ep["gpus"], ep["enable_expert_parallel"]) == (1, 2, 2, 2, True)
-    assert bench_verdict.describe_layout(ep) == "TP=1 x DP=2 x EP=2, 2 GPUs"
+    assert describe_layout(ep) == "TP=1 x DP=2 x EP=2, 2 GPUs"
 
 
 # ------------------------------------------------------------------ the sampler's own output on real GPUs

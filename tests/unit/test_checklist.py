@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import report as bench_report
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import checklist as seed
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi, nvidia_smi_query
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 from test_doctor_public_logs import healthy_cluster
 
@@ -105,7 +105,7 @@ def test_a_wrong_nic_in_the_env_fails_the_network_item():
 def test_gpu_memory_balance_on_a_real_loaded_h200_pair():
     evidence = healthy_cluster("mp")
     xml = (REPO / "tests/fixtures/gpu/h200x2-load/nvidia-smi-q-load.xml").read_text(encoding="utf-8")
-    facts = nvidia_smi.summarize_gpus(nvidia_smi.parse_query_xml(xml))
+    facts = nvidia_smi.summarize_gpus(nvidia_smi_query.parse_query_xml(xml))
     used = [gpu["memory_used_mib"] for gpu in facts["gpus"]]
     for node in evidence["nodes"].values():
         node["gpu"] = copy.deepcopy(facts)

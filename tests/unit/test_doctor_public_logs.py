@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import ibstat, nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import (
+    ibstat,
+    nvidia_smi,
+    nvidia_smi_query,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -220,7 +224,7 @@ def test_a_foreign_gpu_process_explains_the_free_memory_error():
     evidence = with_log(healthy_cluster(), "vllm33297-free-memory-gpu-busy.log")
     # What nvidia-smi -q -x shows on a loaded GPU (real capture, h200x2-load), as gpu_facts summarizes it.
     xml = (REPO / "tests/fixtures/gpu/h200x2-load/nvidia-smi-q-load.xml").read_text(encoding="utf-8")
-    facts = nvidia_smi.summarize_gpus(nvidia_smi.parse_query_xml(xml))
+    facts = nvidia_smi.summarize_gpus(nvidia_smi_query.parse_query_xml(xml))
     assert facts["processes"], "the capture shows processes"
     evidence["nodes"]["node1"]["gpu"] = facts
     finding, report = top(evidence)

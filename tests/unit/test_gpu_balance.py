@@ -3,7 +3,7 @@ import csv
 import io
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi_tables
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.gpu_balance import (
     BalanceError,
     memory_balance,
@@ -97,12 +97,12 @@ def test_rows_without_the_metric_raise():
         memory_balance([{"index": 0, "name": "NVIDIA H200"}])
 
 
-# Integration through the facts parsers (nvidia_smi.parse_query_gpu_csv / parse_dmon).
+# Integration through the facts parsers (nvidia_smi_tables.parse_query_gpu_csv / parse_dmon).
 
 
 def test_dmon_balanced_and_unbalanced_through_the_facts_parser(fixtures_dir):
-    balanced = nvidia_smi.parse_dmon(read(fixtures_dir, "gpu/h200x2-run/dmon-balanced.txt"))
-    unbalanced = nvidia_smi.parse_dmon(read(fixtures_dir, "gpu/h200x2-run/dmon-unbalanced.txt"))
+    balanced = nvidia_smi_tables.parse_dmon(read(fixtures_dir, "gpu/h200x2-run/dmon-balanced.txt"))
+    unbalanced = nvidia_smi_tables.parse_dmon(read(fixtures_dir, "gpu/h200x2-run/dmon-unbalanced.txt"))
     assert utilization_balance(balanced)["field"] == "sm"
     assert utilization_balance(balanced)["status"] == "pass"
     assert memory_balance(balanced)["field"] == "fb"
@@ -113,12 +113,12 @@ def test_dmon_balanced_and_unbalanced_through_the_facts_parser(fixtures_dir):
 
 def test_query_loop_through_the_facts_parser(fixtures_dir):
     text = read(fixtures_dir, "gpu/h200x2-run/query-unbalanced.csv")
-    parsed = nvidia_smi.parse_query_gpu_csv(text, fields=LOOP_FIELDS)
+    parsed = nvidia_smi_tables.parse_query_gpu_csv(text, fields=LOOP_FIELDS)
     assert utilization_balance(parsed) == utilization_balance(loop_rows(text))
     assert memory_balance(parsed)["status"] == "fail"
 
 
 def test_idle_dmon_fixture_through_the_facts_parser(fixtures_dir):
-    samples = nvidia_smi.parse_dmon(read(fixtures_dir, "gpu/h200x2/dmon.txt"))
+    samples = nvidia_smi_tables.parse_dmon(read(fixtures_dir, "gpu/h200x2/dmon.txt"))
     result = utilization_balance(samples, min_samples=2)
     assert result["status"] == "warn" and "idle" in result["reasons"][0]

@@ -2,7 +2,12 @@
 import json
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import (
+    nvidia_smi,
+    nvidia_smi_query,
+    nvidia_smi_tables,
+    nvidia_smi_topo,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.nccl_transport import (
     bottleneck,
     classify_path,
@@ -39,8 +44,8 @@ def test_h200_pair_over_nvlink_despite_socket_network_plugin(fixtures_dir):
 
 def test_topology_from_gpu_facts_settles_the_p2p_path(fixtures_dir):
     facts = nvidia_smi.summarize_gpus(
-        nvidia_smi.parse_query_xml(read(fixtures_dir, "gpu/h200x2/nvidia-smi-q.xml")),
-        nvidia_smi.parse_topo_matrix(read(fixtures_dir, "gpu/h200x2/topo.txt")),
+        nvidia_smi_query.parse_query_xml(read(fixtures_dir, "gpu/h200x2/nvidia-smi-q.xml")),
+        nvidia_smi_topo.parse_topo_matrix(read(fixtures_dir, "gpu/h200x2/topo.txt")),
     )
     log = read(fixtures_dir, "gpu/h200x2/torch-allreduce-nccl-debug.log")
     confirmed = parse_nccl_debug(log, p2p_over_nvlink=facts["nvlink"])
@@ -187,9 +192,9 @@ def test_live_facts_of_the_proof_run_agree_with_the_nccl_log(fixtures_dir):
     """The facts parsers on that machine's nvidia-smi outputs, next to what NCCL logged there."""
     facts_dir = "gpu/h200x2-run/facts"
     facts = nvidia_smi.summarize_gpus(
-        nvidia_smi.parse_query_xml(read(fixtures_dir, f"{facts_dir}/nvidia-smi-q.xml")),
-        nvidia_smi.parse_topo_matrix(read(fixtures_dir, f"{facts_dir}/topo.txt")),
-        nvidia_smi.parse_nvlink_status(read(fixtures_dir, f"{facts_dir}/nvlink-s.txt")),
+        nvidia_smi_query.parse_query_xml(read(fixtures_dir, f"{facts_dir}/nvidia-smi-q.xml")),
+        nvidia_smi_topo.parse_topo_matrix(read(fixtures_dir, f"{facts_dir}/topo.txt")),
+        nvidia_smi_topo.parse_nvlink_status(read(fixtures_dir, f"{facts_dir}/nvlink-s.txt")),
     )
     assert (facts["count"], facts["name"], facts["nvlink"], facts["nvlink_links_per_pair"]) == (
         2, "NVIDIA H200", True, 18)
@@ -200,7 +205,7 @@ def test_live_facts_of_the_proof_run_agree_with_the_nccl_log(fixtures_dir):
 
 
 def test_proof_run_changed_no_gpu_setting(fixtures_dir):
-    before = nvidia_smi.parse_query_gpu_csv(read(fixtures_dir, "gpu/h200x2-run/facts/settings-before.csv"))
-    after = nvidia_smi.parse_query_gpu_csv(read(fixtures_dir, "gpu/h200x2-run/facts/settings-after.csv"))
+    before = nvidia_smi_tables.parse_query_gpu_csv(read(fixtures_dir, "gpu/h200x2-run/facts/settings-before.csv"))
+    after = nvidia_smi_tables.parse_query_gpu_csv(read(fixtures_dir, "gpu/h200x2-run/facts/settings-after.csv"))
     assert len(before) == 2 and before == after
     assert {row["persistence_mode"] for row in after} == {"Enabled"}

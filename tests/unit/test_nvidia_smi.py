@@ -9,21 +9,27 @@ from pathlib import Path
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi import (
-    QUERY_GPU_FIELDS,
     NvidiaSmiParseError,
-    compute_capability_for,
-    parse_default_table,
-    parse_dmon,
-    parse_nvlink_status,
-    parse_pmon,
-    parse_query_gpu_csv,
-    parse_query_text,
-    parse_query_xml,
-    parse_topo_matrix,
-    parse_version,
-    split_capture_sections,
     summarize_gpus,
     topology_links,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_query import (
+    compute_capability_for,
+    parse_query_text,
+    parse_query_xml,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_tables import (
+    QUERY_GPU_FIELDS,
+    parse_default_table,
+    parse_dmon,
+    parse_pmon,
+    parse_query_gpu_csv,
+    parse_version,
+    split_capture_sections,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_topo import (
+    parse_nvlink_status,
+    parse_topo_matrix,
 )
 
 GPU = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
@@ -640,7 +646,7 @@ def test_h200_capture_environment_lists_the_device_nodes_gpu_facts_looks_for():
 
 def test_cuda_total_is_fb_total_minus_the_driver_reserve_as_measured_on_h200():
     fit = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "h200x2-plan-fit"
-    facts = nvidia_smi.summarize_gpus(nvidia_smi.parse_query_xml((fit / "nvidia-smi-q-x.xml").read_text()))
+    facts = summarize_gpus(parse_query_xml((fit / "nvidia-smi-q-x.xml").read_text()))
     measured = json.loads((fit / "plan_fit-after.json").read_text())
     assert facts["memory_total_mib"] == 143771
     assert facts["memory_cuda_total_mib"] == 143771 - 616

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi_query
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.topology_check import (
     TopologyCheckError,
@@ -348,7 +348,7 @@ def gpu_rows_from_csv(text):
 
 def test_gpu_memory_balance_on_cuda(fixtures_dir):
     plan = ray_plan("192.0.2.2")
-    loaded = nvidia_smi.parse_query_xml((fixtures_dir / "gpu/h200x2-load/nvidia-smi-q-load.xml").read_text())
+    loaded = nvidia_smi_query.parse_query_xml((fixtures_dir / "gpu/h200x2-load/nvidia-smi-q-load.xml").read_text())
     verdict = check(plan, {"gpu0": {**parse_log(""), "unit": ACTIVE}}, gpus={"gpu0": loaded["gpus"]})
     assert row(verdict, "gpu0", "GPU memory balance") == {
         "node": "gpu0", "check": "GPU memory balance", "expected": "within +-10%",
@@ -359,13 +359,13 @@ def test_gpu_memory_balance_on_cuda(fixtures_dir):
     balance = row(verdict, "gpu0", "GPU memory balance")
     assert not balance["ok"]
     assert balance["found"] == "2 GPUs, largest deviation +100.0% (GPU 0: 50291 MiB, mean 25148 MiB)"
-    idle = nvidia_smi.parse_query_xml((fixtures_dir / "gpu/h200x2-load/nvidia-smi-q-idle.xml").read_text())
+    idle = nvidia_smi_query.parse_query_xml((fixtures_dir / "gpu/h200x2-load/nvidia-smi-q-idle.xml").read_text())
     verdict = check(plan, {"gpu0": {**parse_log(""), "unit": ACTIVE}}, gpus={"gpu0": idle["gpus"]})
     assert row(verdict, "gpu0", "GPU memory balance")["found"].endswith("nothing loaded to compare")
 
 
 def test_cpu_plans_have_no_gpu_balance_row(fixtures_dir):
-    loaded = nvidia_smi.parse_query_xml((fixtures_dir / "gpu/h200x2-load/nvidia-smi-q-load.xml").read_text())
+    loaded = nvidia_smi_query.parse_query_xml((fixtures_dir / "gpu/h200x2-load/nvidia-smi-q-load.xml").read_text())
     verdict = check(cpu_plan({"tp": 2}, ONE_NODE), {"lab1": fact("tp2.log")}, gpus={"lab1": loaded["gpus"]})
     assert rows_by(verdict, "all", "GPU memory balance") == []
 

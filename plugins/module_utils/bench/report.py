@@ -25,6 +25,7 @@ import re
 import tempfile
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import profile as bench_profile
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import stage as bench_stage
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import verdict as bench_verdict
 
 RECORD_KIND = "vllm-cluster bench stage"
@@ -45,7 +46,7 @@ class ReportError(ValueError):
 
 def stage_name_for(plan: dict) -> str:
     """A readable default stage name from the layout: tp1, tp2, tp2-2nodes, tp8-pp2-2nodes, tp2-dp4-ep8."""
-    layout = bench_verdict.stage_layout(plan)
+    layout = bench_stage.stage_layout(plan)
     name = f"tp{layout['tp']}"
     if layout["pp"] > 1:
         name += f"-pp{layout['pp']}"
@@ -124,7 +125,7 @@ def build_stage_record(request: dict) -> dict:
         "baseline": bool(request.get("baseline")),
         "deployment": plan.get("deployment"),
         "recorded_at": request.get("recorded_at") or _now_iso(),
-        "layout": bench_verdict.describe_layout(bench_verdict.stage_layout(plan)),
+        "layout": bench_stage.describe_layout(bench_stage.stage_layout(plan)),
         "profile": profile,
         "profile_fingerprint": bench_profile.fingerprint(profile),
         "argv": request.get("argv"),
@@ -664,7 +665,7 @@ def _report_without_baseline(results_dir: str, stages: dict, reason: str) -> dic
              "Recorded stages (not judged until the baseline exists):", "",
              "| stage | layout | TTFT P50 ms | TPOT P50 ms | output tok/s | recorded |", "| --- | --- | --- | --- | --- | --- |"]
     for name, record in sorted(stages.items()):
-        metrics = bench_verdict.stage_metrics(record["result"])
+        metrics = bench_stage.stage_metrics(record["result"])
         lines.append(f"| {name} | {record.get('layout')} | {_fmt(metrics['ttft_p50_ms'])} | "
                      f"{_fmt(metrics['tpot_p50_ms'], 2)} | {_fmt(metrics['output_throughput'])} | "
                      f"{record.get('recorded_at')} |")

@@ -4,8 +4,8 @@ The seed's checks: after a TP start "the cards' memory should be close"; under a
 EP load `nvidia-smi dmon -s u` should show every card within +-20% ("one card at
 90%+ while the others sit at 40% is a routing hot spot: check EPLB").
 
-Inputs are already-parsed rows, as nvidia_smi.parse_query_gpu_csv() and
-nvidia_smi.parse_dmon() return them: one dict per GPU (or per sample), with the
+Inputs are already-parsed rows, as nvidia_smi_tables.parse_query_gpu_csv() and
+nvidia_smi_tables.parse_dmon() return them: one dict per GPU (or per sample), with the
 GPU index under "index" (query) or "gpu" (dmon), and the metric under its
 nvidia-smi name ("memory.used", "utilization.gpu") or dmon column ("fb", "sm").
 Numbers may be ints, floats or strings such as "81234 MiB" or "45 %"; "-",

@@ -6,7 +6,7 @@ the stop file appears or --max-seconds pass (it always stops by itself).
 
   GPU mode: the output of
       nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits
-    verbatim under "gpus" (the controller parses it with nvidia_smi.parse_query_gpu_csv).
+    verbatim under "gpus" (the controller parses it with nvidia_smi_tables.parse_query_gpu_csv).
   Both modes: every process whose title starts with "VLLM::" (vLLM names its
     processes VLLM::EngineCore, VLLM::Worker_TP0_PP1 ... with setproctitle) with
     its CPU use since the previous sample (100 = one core busy), resident memory
