@@ -26,6 +26,7 @@ import copy
 import math
 import re
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import profile as bench_profile
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import stage as bench_stage
 
@@ -163,9 +164,11 @@ def _layout_proof(stage: dict) -> dict:
     """Do the worker processes seen under load match the plan's ranks per node?"""
     plan = stage.get("plan") or {}
     samples = stage.get("samples") or {}
-    if plan.get("backend") == "ray":
+    mode = launch.of_plan(plan)
+    if not mode.worker_processes_named:
         return {"check": "layout", "status": "pass", "proven": False,
-                "detail": "Ray backend: workers are Ray actors, their placement is verified by vllm_verify"}
+                "detail": f"backend {mode.name}: the worker processes carry no rank names, their placement is "
+                          "verified by vllm_verify"}
     expected: dict[str, set] = {}
     for rank in (plan.get("expect") or {}).get("rank_assignments") or []:
         expected.setdefault(rank.get("node"), set()).add(rank.get("process"))
