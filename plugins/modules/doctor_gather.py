@@ -171,13 +171,15 @@ import socket  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.net import (  # noqa: E402
     firewall_accepted_sources,
     firewall_rules,
-    parse_env_file,
-    parse_exec_start,
     parse_ip_addr_json,
     parse_ss_listening,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import (  # noqa: E402
+    parse_env_file,
+    parse_exec_start,
     parse_systemctl_show,
     select_invocation,
 )

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import ibstat, nvidia_smi
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers import systemd
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.planner import build_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,7 +71,7 @@ def healthy_node(plan, node):
         "journal": {name: [] for name in units},
         "unit_pids": pids,
         "listening": [],
-        "env_files": {"/etc/vllm-cluster/env": {"exists": True, **doctor.parse_env_file(env_text)}},
+        "env_files": {"/etc/vllm-cluster/env": {"exists": True, **systemd.parse_env_file(env_text)}},
         "env_file_order": ["/etc/vllm-cluster/env"],
         "interfaces": {"eth1": {"state": "UP", "mtu": 9000, "addresses": [f"{node['address']}/24"]}},
         "routes": {plan["nodes"][0]["address"]: "eth1"},
@@ -115,7 +116,7 @@ def set_env(evidence, node, **values):
     gather = evidence["nodes"][node]["gather"]
     text = "\n".join(f"{key}={value}" for key, value in {**gather["env_files"]["/etc/vllm-cluster/env"]["vars"],
                                                           **values}.items())
-    gather["env_files"]["/etc/vllm-cluster/env"] = {"exists": True, **doctor.parse_env_file(text)}
+    gather["env_files"]["/etc/vllm-cluster/env"] = {"exists": True, **systemd.parse_env_file(text)}
 
 
 def top(evidence):

@@ -20,7 +20,7 @@ import shlex
 import stat
 from pathlib import Path
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import parse_systemctl_show
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_systemctl_show
 
 STAGES = ("preflight", "network", "firewall", "runtime", "ray", "vllm", "verify")
 STAMP_DIR = "/etc/vllm-cluster/stages"

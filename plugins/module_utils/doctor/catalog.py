@@ -4,9 +4,6 @@ Symptom -> checks -> cause -> fix lives in a YAML catalog
 (``roles/doctor/files/signatures.yml``), never in code branches. This module
 
 - validates that catalog (``load_catalog``);
-- parses what ``doctor_gather`` reads on a node (``ss -ltnp``, env files,
-  ``systemctl show``, journal JSON, ``ip -j``, ``nft list ruleset``): the
-  ``parse_*`` functions, also used by the module itself;
 - turns the gathered evidence of every node, the plan and the GPU/IB facts into
   named *observations* (``OBSERVATIONS``): generic, reusable checks such as
   "a plan port is held by a process outside the deployment's units";
@@ -20,17 +17,16 @@ Pure Python 3.11, no Ansible import. The evidence shape is documented in
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
-import shlex
 import string
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import (
-    flag_value,
-    is_ip,
-    strip_ansi,
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.net import rule_ports, source_accepted
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import (
+    READY_PATTERNS,
+    parse_exec_start,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import flag_value, is_ip
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import history as plan_history
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import vllm_logs
 
@@ -50,264 +46,6 @@ _ID = re.compile(r"^[a-z][a-z0-9_]{1,63}$")
 
 class CatalogError(ValueError):
     """The signature catalog is malformed; the message names the signature and the field."""
-
-
-# --------------------------------------------------------------------------- parsers (node side)
-
-
-def parse_ss_listening(text):
-    """``ss -Hltnp`` (or with a header) -> [{address, port, processes: [{name, pid}], line}]."""
-    sockets = []
-    for raw in (text or "").splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("State", "Netid")):
-            continue
-        fields = line.split()
-        # Netid may lead (ss -a); the local address is the field after Recv-Q and Send-Q.
-        if fields[0] in ("tcp", "udp"):
-            fields = fields[1:]
-        if len(fields) < 4 or fields[0] not in ("LISTEN", "UNCONN"):
-            continue
-        local = fields[3]
-        address, _, port = local.rpartition(":")
-        if not port.isdigit():
-            continue
-        address = address.strip("[]")
-        if "%" in address:
-            address = address.split("%", 1)[0]
-        processes = [
-            {"name": name, "pid": int(pid)}
-            for name, pid in re.findall(r'\("([^"]*)",pid=(\d+)', line)
-        ]
-        sockets.append({"address": address, "port": int(port), "processes": processes, "line": line})
-    return sockets
-
-
-def parse_env_file(text):
-    """A systemd EnvironmentFile -> {"vars": {KEY: value}, "lines": {KEY: (number, text)}}.
-
-    Later assignments win, as systemd reads them. Quotes around a value are
-    removed; comments and blank lines are skipped.
-    """
-    variables = {}
-    lines = {}
-    for number, raw in enumerate((text or "").splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        if line.startswith("export "):
-            line = line[len("export "):].strip()
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-            continue
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        variables[key] = value
-        lines[key] = [number, raw.rstrip()]
-    return {"vars": variables, "lines": lines}
-
-
-def parse_systemctl_show(text):
-    """``systemctl show -p A -p B unit`` -> {A: value, B: value}."""
-    values = {}
-    for line in (text or "").splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            values[key.strip()] = value.strip()
-    return values
-
-
-def parse_exec_start(value):
-    """The argv of the first command in systemctl's ExecStart property.
-
-    systemctl prints ``{ path=/bin/x ; argv[]=/bin/x a b ; ignore_errors=no ; ... }``;
-    argv[] is joined with spaces, so an argument that contained spaces cannot be
-    told apart (none of ours do).
-    """
-    match = re.search(r"argv\[\]=(.*?) ; (?:ignore_errors|start_time|stop_time|pid|code|status)=", value or "")
-    if not match:
-        return []
-    try:
-        return shlex.split(match.group(1))
-    except ValueError:
-        return match.group(1).split()
-
-
-def parse_ip_addr_json(text):
-    """``ip -j addr`` -> {ifname: {state, mtu, addresses: ["10.0.0.1/24"]}}."""
-    try:
-        data = json.loads(text or "[]")
-    except ValueError:
-        return {}
-    interfaces = {}
-    for entry in data:
-        name = entry.get("ifname")
-        if not name:
-            continue
-        interfaces[name] = {
-            "state": entry.get("operstate"),
-            "mtu": entry.get("mtu"),
-            "addresses": [
-                f"{info.get('local')}/{info.get('prefixlen')}"
-                for info in entry.get("addr_info", [])
-                if info.get("family") in ("inet", "inet6") and info.get("local")
-            ],
-        }
-    return interfaces
-
-
-def firewall_rules(text):
-    """Lines of ``nft list ruleset`` (or ``iptables-save``) that drop or reject traffic."""
-    rules = []
-    for raw in (text or "").splitlines():
-        line = raw.strip()
-        if re.search(r"\b(drop|reject)\b|-j (DROP|REJECT)\b", line) and not line.startswith(("type ", "policy ")):
-            rules.append(line)
-    return rules
-
-
-_NFT_SOURCE_ACCEPT = re.compile(r"^ip6? saddr (?P<source>@\w+|\{[^}]*\}|[0-9a-fA-F.:/]+) accept$")
-
-
-def firewall_accepted_sources(text):
-    """nft only: {drop/reject rule: [source CIDRs its chain accepts before it, whatever the port]}.
-
-    A rule such as the hardened node's "tcp dport { 29501, ... } drop" follows
-    "ip saddr @cluster_v4 accept": traffic from those sources never reaches it.
-    Named sets are resolved from their elements in the same table.
-    """
-    sets, accepted, result = {}, [], {}
-    table, collecting, pending = None, None, ""
-    for raw in (text or "").splitlines():
-        line = raw.strip()
-        if collecting is not None:
-            pending += " " + line
-            if "}" in line:
-                sets[(table, collecting)] = re.findall(r"[0-9a-fA-F.:]+(?:/\d+)?(?:-[0-9a-fA-F.:]+)?", pending)
-                collecting = None
-            continue
-        if line.startswith("table "):
-            table = line.split("{", 1)[0].strip()
-        elif line.startswith("set "):
-            current_set = line.split()[1]
-        elif line.startswith("elements = {"):
-            pending = line.split("{", 1)[1]
-            if "}" in line:
-                sets[(table, current_set)] = re.findall(r"[0-9a-fA-F.:]+(?:/\d+)?(?:-[0-9a-fA-F.:]+)?", pending)
-            else:
-                collecting = current_set
-        elif line.startswith("chain "):
-            accepted = []
-        else:
-            match = _NFT_SOURCE_ACCEPT.match(line)
-            if match:
-                source = match.group("source")
-                if source.startswith("@"):
-                    accepted.extend(sets.get((table, source[1:]), []))
-                else:
-                    accepted.extend(re.findall(r"[0-9a-fA-F.:]+(?:/\d+)?", source))
-            elif line in firewall_rules(line) and accepted:
-                result[line] = list(accepted)
-    return result
-
-
-def _source_accepted(address, sources):
-    """True when the address is inside one of the CIDRs, addresses or ranges (a-b) an earlier rule accepts."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    for source in sources:
-        try:
-            if "-" in source:
-                low, high = (ipaddress.ip_address(part) for part in source.split("-", 1))
-                if low.version == ip.version and low <= ip <= high:
-                    return True
-            elif ip in ipaddress.ip_network(source, strict=False):
-                return True
-        except ValueError:
-            continue
-    return False
-
-
-def _rule_ports(rule):
-    """Destination ports a firewall rule names: 'dport 29501', 'dport { 8000, 29501 }', '--dport 29501'."""
-    ports = set()
-    for match in re.finditer(r"dport\s+(\{[^}]*\}|\d+(?:-\d+)?)", rule):
-        for token in re.findall(r"\d+(?:-\d+)?", match.group(1)):
-            low, _, high = token.partition("-")
-            ports.update(range(int(low), int(high or low) + 1) if high else [int(low)])
-    for match in re.finditer(r"--dports?\s+([\d,:]+)", rule):
-        for token in match.group(1).split(","):
-            low, _, high = token.partition(":")
-            ports.update(range(int(low), int(high or low) + 1) if high else [int(low)])
-    return ports
-
-
-# Lines that show a start went through: a crash-looping unit is not read past them.
-READY_PATTERNS = (
-    r"Starting vLLM server on",
-    r"init engine \(profile, create kv cache, warmup model\) took",
-    r"Ray runtime started",
-)
-_RESTART_SCHEDULED = "Scheduled restart job"
-
-
-def _message_text(entry):
-    message = entry.get("MESSAGE")
-    if isinstance(message, list):  # journald stores non-UTF-8 messages as byte arrays
-        message = bytes(value for value in message if isinstance(value, int)).decode("utf-8", "replace")
-    return None if message is None else str(message)
-
-
-def select_invocation(entries, invocation_id, ready_patterns=READY_PATTERNS):
-    """Journal lines of a unit "since its last start", from ``journalctl -u UNIT -o json`` records.
-
-    Entries written by the unit's processes carry ``_SYSTEMD_INVOCATION_ID``,
-    systemd's own lines about the unit ``INVOCATION_ID``; systemd also writes
-    "Scheduled restart job" with the id of the attempt that failed. The last
-    start is the unit's current invocation. When that invocation came from an
-    automatic restart and has neither got far (no ready line) nor failed yet, the earlier
-    attempts of the same start are included back to the first one or the first
-    attempt that logged an error: a crash-looping unit is caught between two
-    attempts most of the time. A manual (re)start begins a new chain. Without
-    an id (a unit that never started) nothing is selected.
-    """
-    if not invocation_id:
-        return []
-    order, lines, restarted = [], {}, set()
-    for entry in entries:
-        invocation = entry.get("_SYSTEMD_INVOCATION_ID") or entry.get("INVOCATION_ID")
-        message = _message_text(entry)
-        if not invocation or message is None:
-            continue
-        if invocation not in lines:
-            order.append(invocation)
-            lines[invocation] = []
-        if _RESTART_SCHEDULED in message and entry.get("INVOCATION_ID"):
-            restarted.add(invocation)
-        for part in message.splitlines() or [""]:
-            lines[invocation].append(strip_ansi(part))
-    if invocation_id not in lines:
-        return []
-    ready = [re.compile(pattern) for pattern in ready_patterns]
-    chosen = [invocation_id]
-    index = order.index(invocation_id)
-    current = lines[invocation_id]
-    got_far = any(r.search(line) for r in ready for line in current)
-    failed_itself = any(_ERRORISH.search(line) for line in current)
-    if not got_far and not failed_itself:
-        while index > 0 and order[index - 1] in restarted:
-            index -= 1
-            chosen.insert(0, order[index])
-            if any(_ERRORISH.search(line) for line in lines[order[index]]):
-                break
-    return [line for invocation in chosen for line in lines[invocation]]
-
-
-_ERRORISH = re.compile(r"Error|Exception|Traceback|FAILED|failed with result", re.IGNORECASE)
 
 
 # --------------------------------------------------------------------------- catalog
@@ -1036,9 +774,9 @@ def obs_firewall_drops_port(cluster, params):
         firewall = node.gather.get("firewall") or {}
         accepted = firewall.get("accepted_sources") or {}
         for rule in firewall.get("rules", []):
-            named = sorted(_rule_ports(rule) & set(ports))
+            named = sorted(rule_ports(rule) & set(ports))
             # A rule its chain never lets the probing nodes reach (they are accepted before it) is not the cause.
-            if named and any(_source_accepted(address, accepted.get(rule, []))
+            if named and any(source_accepted(address, accepted.get(rule, []))
                              for address in probers.get(node.name, ()) if address):
                 continue
             if named:

@@ -20,6 +20,7 @@ Pure Python 3.11, no Ansible import.
 from __future__ import annotations
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_exec_start
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import flag_value
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import (
     gpu_balance,
@@ -165,7 +166,7 @@ def check_eager_first(ctx):
     head = ctx.cluster.head
     if head is None or not head.installed(doctor.VLLM_UNIT):
         return _item(FAIL, ["vllm.service is not installed on the head"])
-    argv = doctor.parse_exec_start(head.unit(doctor.VLLM_UNIT).get("ExecStart"))
+    argv = parse_exec_start(head.unit(doctor.VLLM_UNIT).get("ExecStart"))
     if "--enforce-eager" in argv:
         return _item(PASS, [f"{head.name}: vllm.service runs with --enforce-eager (functional first, graphs later)"])
     if ctx.device == "cpu" and (ctx.plan.get("pp") or 1) > 1:
