@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import evidence_from_registered
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers import net
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +33,7 @@ def case_with_hardened_firewall(case):
         firewall = host["gather"]["evidence"]["firewall"]
         firewall["rules"] = net.firewall_rules(ruleset) + firewall["rules"]
         firewall["accepted_sources"] = net.firewall_accepted_sources(ruleset)
-    return doctor.diagnose(CATALOG, doctor.evidence_from_registered(data["plan"], hosts))
+    return doctor.diagnose(CATALOG, evidence_from_registered(data["plan"], hosts))
 
 
 def test_the_hardened_ruleset_accepts_the_cluster_before_it_drops_the_internal_ports():

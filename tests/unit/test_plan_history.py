@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import evidence_from_registered
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.history import plan_changes, plan_summary
 from test_doctor_lab_cases import CASES, CATALOG, CATALOG_FILE, CLI, REPO
 from test_facts_modules import ANSIBLE, MODULE_PYTHON
@@ -58,7 +59,7 @@ def test_the_doctor_reports_the_last_change_and_the_cli_writes_it(tmp_path):
     }
     hosts = [{"host": h, "gather": g, "gpu": p, "ib": i}
              for h, g, p, i in zip(data["hosts"], data["gather"], data["gpu"], data["ib"], strict=True)]
-    report = doctor.diagnose(CATALOG, doctor.evidence_from_registered(data["plan"], hosts))
+    report = doctor.diagnose(CATALOG, evidence_from_registered(data["plan"], hosts))
     assert report["faults"] == 0
     assert report["last_change"] == [{
         "node": "node1", "previous_modified": "2026-11-30 10:00:00 UTC",
@@ -77,7 +78,7 @@ def test_the_doctor_reports_the_last_change_and_the_cli_writes_it(tmp_path):
     assert "## What the last deploy changed" in text and "--max-model-len: 256 -> 512" in text
     # Without plan.previous.json (a first deploy) there is no section.
     assert "last deploy" not in "\n".join(doctor.render_report(doctor.diagnose(
-        CATALOG, doctor.evidence_from_registered(data["plan"], [dict(hosts[0], gather={})]))))
+        CATALOG, evidence_from_registered(data["plan"], [dict(hosts[0], gather={})]))))
 
 
 def test_doctor_gather_reads_both_plans_of_the_node(tmp_path):
@@ -113,7 +114,7 @@ def test_after_a_teardown_the_report_names_the_plan_that_ran_last():
         "plan": plan_summary(data["plan"])}}
     hosts = [{"host": h, "gather": g, "gpu": p, "ib": i}
              for h, g, p, i in zip(data["hosts"], data["gather"], data["gpu"], data["ib"], strict=True)]
-    report = doctor.diagnose(CATALOG, doctor.evidence_from_registered(data["plan"], hosts))
+    report = doctor.diagnose(CATALOG, evidence_from_registered(data["plan"], hosts))
     assert report["last_change"][0]["changes"] == [
         "vLLM was torn down (no plan.json); plan.previous.json is the plan that ran last: "
         "tp (mp) TP=2 PP=1 DP=1 EP=1 world_size=2"]

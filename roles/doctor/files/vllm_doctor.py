@@ -49,11 +49,14 @@ def _write(path, text):
 
 def diagnose(args):
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
+        evidence_from_registered,
+    )
 
     catalog = doctor.load_catalog_file(args.catalog)
     with open(args.evidence, encoding="utf-8") as handle:
         data = json.load(handle)
-    report = doctor.diagnose(catalog, doctor.evidence_from_registered(data.get("plan"), _hosts(data)))
+    report = doctor.diagnose(catalog, evidence_from_registered(data.get("plan"), _hosts(data)))
     _write(args.markdown, doctor.render_markdown(report))
     _write(args.json, json.dumps(report, indent=2) + "\n")
     faults = [f for f in report["findings"] if f["severity"] == "fault"]
@@ -69,12 +72,14 @@ def diagnose(args):
 
 
 def checklist(args):
-    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import checklist as seed_checklist
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
+        evidence_from_registered,
+    )
 
     with open(args.evidence, encoding="utf-8") as handle:
         data = json.load(handle)
-    evidence = doctor.evidence_from_registered(data.get("plan"), _hosts(data))
+    evidence = evidence_from_registered(data.get("plan"), _hosts(data))
     evidence["results"] = seed_checklist.read_results(args.results) if args.results else {}
     report = seed_checklist.evaluate(evidence)
     _write(args.markdown, seed_checklist.render_markdown(report))
