@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations import OBSERVATIONS
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG_FILE = REPO / "roles" / "doctor" / "files" / "signatures.yml"
@@ -57,7 +58,7 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
         "env_flag": {"name", "value"}, "gpu_count_below_plan": {"count", "needed"}, "node_unreachable": set(),
         "gpu_facts_failed": {"error"},
     }
-    assert set(observation_values) == set(doctor.OBSERVATIONS)
+    assert set(observation_values) == set(OBSERVATIONS)
     for sig in CATALOG["signatures"]:
         for rule in sig["rules"]:
             available = set(plan_values) | set(sig["defaults"])

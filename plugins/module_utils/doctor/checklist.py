@@ -19,8 +19,14 @@ Pure Python 3.11, no Ansible import.
 
 from __future__ import annotations
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import VLLM_UNIT, Cluster
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_network import (
+    SOCKET_IFNAME_VARS,
+    obs_host_ip_mismatch,
+    obs_ib_declared,
+    obs_ib_port_down,
+    obs_socket_ifname_mismatch,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_exec_start
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import flag_value
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import (
@@ -296,12 +302,12 @@ def check_ray_cluster(ctx):
 def check_nccl_env(ctx):
     if not ctx.multi_node:
         return _item(NA, ["one node: NCCL and Gloo stay inside the node"])
-    problems = doctor.obs_socket_ifname_mismatch(ctx.cluster, {}) + doctor.obs_host_ip_mismatch(ctx.cluster, {})
+    problems = obs_socket_ifname_mismatch(ctx.cluster, {}) + obs_host_ip_mismatch(ctx.cluster, {})
     lines = []
     missing = []
     for node in ctx.cluster.reachable_nodes():
         env = node.env
-        for var in (*doctor.SOCKET_IFNAME_VARS, "VLLM_HOST_IP"):
+        for var in (*SOCKET_IFNAME_VARS, "VLLM_HOST_IP"):
             if var in env:
                 value, path, (number, text) = env[var]
                 lines.append(f"{node.name} {path}:{number}: {text.strip()}")
@@ -333,7 +339,7 @@ def check_rank_layout(ctx):
 def check_ib_traffic(ctx):
     if not ctx.multi_node:
         return _item(NA, ["one node: no inter-node traffic"])
-    declared = doctor.obs_ib_declared(ctx.cluster, {})
+    declared = obs_ib_declared(ctx.cluster, {})
     if not declared:
         return _item(NA, ["no node declares InfiniBand (NCCL_IB_DISABLE=1 or no NCCL_IB_HCA): traffic is TCP by design"])
     ib_lines, socket_lines = [], []
@@ -343,7 +349,7 @@ def check_ib_traffic(ctx):
                 ib_lines.append(f"{node.name}: {line.strip()}")
             elif "via NET/Socket" in line and len(socket_lines) < 4:
                 socket_lines.append(f"{node.name}: {line.strip()}")
-    down = doctor.obs_ib_port_down(ctx.cluster, {})
+    down = obs_ib_port_down(ctx.cluster, {})
     if socket_lines or down:
         return _item(FAIL, socket_lines + [hit["line"] for hit in down])
     if not ib_lines:

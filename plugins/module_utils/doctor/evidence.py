@@ -4,7 +4,8 @@
 ``gpu_facts`` and ``ib_facts`` into the evidence dict (its shape is documented
 in ``docs/doctor.md``); ``Cluster`` and ``Node`` read it for the observations:
 a node's units, journals, env files, ports and interfaces, the head, the units
-and ports the plan expects on each node.
+and ports the plan expects on each node. ``make_hit`` is the shape of one line
+of evidence that observations and log rules return.
 
 Pure Python 3.11, no Ansible import.
 """
@@ -200,3 +201,8 @@ _RAY_PORT_FLAGS = {
     "--dashboard-agent-listen-port": "ray_dashboard_agent_listen",
     "--metrics-export-port": "ray_metrics_export",
 }
+
+
+def make_hit(node, source, line, **values):
+    """One line of evidence, as observations and log rules return it; values fill placeholders."""
+    return {"node": node.name if isinstance(node, Node) else node, "source": source, "line": line, "values": values}
