@@ -12,13 +12,14 @@ import copy
 import json
 from pathlib import Path
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import load_catalog_file
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.diagnosis import diagnose
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import evidence_from_registered
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers import net
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "tests" / "fixtures" / "doctor" / "lab"
-CATALOG = doctor.load_catalog_file(REPO / "roles" / "doctor" / "files" / "signatures.yml")
+CATALOG = load_catalog_file(REPO / "roles" / "doctor" / "files" / "signatures.yml")
 HARDENED = (LAB / "nft-list-ruleset-hardened-node1.txt").read_text(encoding="utf-8")
 HARDENED_DROP = 'tcp dport { 6379-6384, 8265, 10001-10999, 29501, 29550, 32768-60999 } counter packets 0 bytes 0 drop'
 
@@ -33,7 +34,7 @@ def case_with_hardened_firewall(case):
         firewall = host["gather"]["evidence"]["firewall"]
         firewall["rules"] = net.firewall_rules(ruleset) + firewall["rules"]
         firewall["accepted_sources"] = net.firewall_accepted_sources(ruleset)
-    return doctor.diagnose(CATALOG, evidence_from_registered(data["plan"], hosts))
+    return diagnose(CATALOG, evidence_from_registered(data["plan"], hosts))
 
 
 def test_the_hardened_ruleset_accepts_the_cluster_before_it_drops_the_internal_ports():
