@@ -18,7 +18,8 @@ description:
     Ray's node list when this node runs the Ray head.
   - GPU processes and InfiniBand ports come from M(vllm_ops.cluster.gpu_facts) and
     M(vllm_ops.cluster.ib_facts); the analysis runs on the controller
-    (C(plugins/module_utils/doctor/catalog.py)).
+    (C(plugins/module_utils/doctor/)); what this module reads is parsed by
+    C(plugins/module_utils/parsers/systemd.py) and C(plugins/module_utils/parsers/net.py).
   - Every command is bounded by O(timeout); a command that fails or is missing is recorded in
     C(errors) and the rest is still gathered, because a broken node is what the doctor is for.
 options:
@@ -171,13 +172,15 @@ import socket  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import (  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.net import (  # noqa: E402
     firewall_accepted_sources,
     firewall_rules,
-    parse_env_file,
-    parse_exec_start,
     parse_ip_addr_json,
     parse_ss_listening,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import (  # noqa: E402
+    parse_env_file,
+    parse_exec_start,
     parse_systemctl_show,
     select_invocation,
 )

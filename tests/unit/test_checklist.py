@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import report as bench_report
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import checklist as seed
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import evidence_from_registered
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi, nvidia_smi_query
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 from test_doctor_public_logs import healthy_cluster
@@ -27,7 +27,7 @@ def lab_evidence(case="healthy"):
     data = json.loads((LAB / "cases" / f"{case}.json").read_text(encoding="utf-8"))
     hosts = [{"host": h, "gather": g, "gpu": p, "ib": i}
              for h, g, p, i in zip(data["hosts"], data["gather"], data["gpu"], data["ib"], strict=True)]
-    return doctor.evidence_from_registered(data["plan"], hosts)
+    return evidence_from_registered(data["plan"], hosts)
 
 
 @pytest.fixture(scope="module")

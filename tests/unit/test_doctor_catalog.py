@@ -6,12 +6,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import (
+    FAMILIES,
+    LOG_SOURCES,
+    CatalogError,
+    load_catalog,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.diagnosis import diagnose
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations import OBSERVATIONS
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.report import render_report
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG_FILE = REPO / "roles" / "doctor" / "files" / "signatures.yml"
 RAW = yaml.safe_load(CATALOG_FILE.read_text(encoding="utf-8"))
-CATALOG = doctor.load_catalog(RAW)
+CATALOG = load_catalog(RAW)
 IDS = {sig["id"] for sig in CATALOG["signatures"]}
 
 
@@ -28,7 +36,7 @@ def test_the_catalog_covers_the_issue_and_the_seed_map():
     }
     assert required <= IDS, sorted(required - IDS)
     families = {sig["family"] for sig in CATALOG["signatures"]}
-    assert families == set(doctor.FAMILIES)
+    assert families == set(FAMILIES)
 
 
 def test_every_signature_says_symptom_checks_cause_and_fix():
@@ -57,7 +65,7 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
         "env_flag": {"name", "value"}, "gpu_count_below_plan": {"count", "needed"}, "node_unreachable": set(),
         "gpu_facts_failed": {"error"},
     }
-    assert set(observation_values) == set(doctor.OBSERVATIONS)
+    assert set(observation_values) == set(OBSERVATIONS)
     for sig in CATALOG["signatures"]:
         for rule in sig["rules"]:
             available = set(plan_values) | set(sig["defaults"])
@@ -81,7 +89,7 @@ def test_every_log_pattern_is_searched_in_known_sources():
     for sig in CATALOG["signatures"]:
         for rule in sig["rules"]:
             if "log" in rule:
-                assert set(rule["log"]["sources"]) <= set(doctor.LOG_SOURCES)
+                assert set(rule["log"]["sources"]) <= set(LOG_SOURCES)
 
 
 def broken(mutate):
@@ -120,18 +128,18 @@ def broken(mutate):
     ],
 )
 def test_a_malformed_catalog_is_refused_naming_the_signature_and_field(mutate, message):
-    with pytest.raises(doctor.CatalogError) as error:
-        doctor.load_catalog(broken(mutate))
+    with pytest.raises(CatalogError) as error:
+        load_catalog(broken(mutate))
     assert message in str(error.value)
     if "signature" in str(error.value):
         assert str(error.value).startswith(("signature ", "catalog"))
 
 
 def test_an_empty_cluster_has_nothing_to_report():
-    report = doctor.diagnose(CATALOG, {"plan": {}, "nodes": {}})
+    report = diagnose(CATALOG, {"plan": {}, "nodes": {}})
     assert report["faults"] == 0 and report["findings"] == []
     assert report["signatures_checked"] == len(CATALOG["signatures"])
-    assert doctor.render_report(report)[-1].startswith("No fault found")
+    assert render_report(report)[-1].startswith("No fault found")
 
 
 def test_ranking_puts_the_cause_before_what_it_explains_whatever_the_priorities():
@@ -139,7 +147,7 @@ def test_ranking_puts_the_cause_before_what_it_explains_whatever_the_priorities(
     for sig in data["signatures"]:
         if sig["id"] == "unit_failed":
             sig["priority"] = 100  # even a loud consequence goes after a matched cause
-    catalog = doctor.load_catalog(data)
+    catalog = load_catalog(data)
     evidence = {
         "plan": {},
         "nodes": {"n1": {"gather": {
@@ -149,6 +157,6 @@ def test_ranking_puts_the_cause_before_what_it_explains_whatever_the_priorities(
                                          "for details)"]},
         }}},
     }
-    report = doctor.diagnose(catalog, evidence)
+    report = diagnose(catalog, evidence)
     assert [f["id"] for f in report["findings"]] == ["nccl_system_error", "unit_failed"]
     assert report["findings"][1]["rank_priority"] == report["findings"][0]["priority"] - 1

@@ -12,11 +12,14 @@ import copy
 import json
 from pathlib import Path
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import load_catalog_file
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.diagnosis import diagnose
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import evidence_from_registered
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers import net
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "tests" / "fixtures" / "doctor" / "lab"
-CATALOG = doctor.load_catalog_file(REPO / "roles" / "doctor" / "files" / "signatures.yml")
+CATALOG = load_catalog_file(REPO / "roles" / "doctor" / "files" / "signatures.yml")
 HARDENED = (LAB / "nft-list-ruleset-hardened-node1.txt").read_text(encoding="utf-8")
 HARDENED_DROP = 'tcp dport { 6379-6384, 8265, 10001-10999, 29501, 29550, 32768-60999 } counter packets 0 bytes 0 drop'
 
@@ -29,21 +32,21 @@ def case_with_hardened_firewall(case):
     ruleset = HARDENED.replace("10.232.3.", "10.232.4.")
     for host in hosts:
         firewall = host["gather"]["evidence"]["firewall"]
-        firewall["rules"] = doctor.firewall_rules(ruleset) + firewall["rules"]
-        firewall["accepted_sources"] = doctor.firewall_accepted_sources(ruleset)
-    return doctor.diagnose(CATALOG, doctor.evidence_from_registered(data["plan"], hosts))
+        firewall["rules"] = net.firewall_rules(ruleset) + firewall["rules"]
+        firewall["accepted_sources"] = net.firewall_accepted_sources(ruleset)
+    return diagnose(CATALOG, evidence_from_registered(data["plan"], hosts))
 
 
 def test_the_hardened_ruleset_accepts_the_cluster_before_it_drops_the_internal_ports():
-    accepted = doctor.firewall_accepted_sources(HARDENED)
-    drop = next(rule for rule in doctor.firewall_rules(HARDENED) if "29501" in rule)
+    accepted = net.firewall_accepted_sources(HARDENED)
+    drop = next(rule for rule in net.firewall_rules(HARDENED) if "29501" in rule)
     assert drop.startswith(HARDENED_DROP)
     assert accepted[drop] == ["10.232.3.11", "10.232.3.12", "10.232.3.13"]
     # The API port's drop comes before the cluster is accepted for every port: only its own accepts count.
-    api_drop = next(rule for rule in doctor.firewall_rules(HARDENED) if "dport 8000" in rule)
+    api_drop = next(rule for rule in net.firewall_rules(HARDENED) if "dport 8000" in rule)
     assert "10.232.3.12" not in accepted.get(api_drop, [])
-    assert doctor._source_accepted("10.232.3.12", accepted[drop])
-    assert not doctor._source_accepted("10.231.3.12", accepted[drop])  # a management address stays outside
+    assert net.source_accepted("10.232.3.12", accepted[drop])
+    assert not net.source_accepted("10.231.3.12", accepted[drop])  # a management address stays outside
 
 
 def test_a_healthy_hardened_deployment_has_no_fault():

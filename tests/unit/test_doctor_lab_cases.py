@@ -14,12 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import diagnosis
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import load_catalog_file
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import evidence_from_registered
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tests" / "fixtures" / "doctor" / "lab" / "cases"
 CATALOG_FILE = REPO / "roles" / "doctor" / "files" / "signatures.yml"
-CATALOG = doctor.load_catalog_file(CATALOG_FILE)
+CATALOG = load_catalog_file(CATALOG_FILE)
 # The CLI as the playbook runs it: from inside the collection tree (collections/ansible_collections/...).
 CLI = REPO / "collections" / "ansible_collections" / "vllm_ops" / "cluster" / "roles" / "doctor" / "files" / "vllm_doctor.py"
 
@@ -28,7 +30,7 @@ def diagnose(case):
     data = json.loads((CASES / f"{case}.json").read_text(encoding="utf-8"))
     hosts = [{"host": h, "gather": g, "gpu": p, "ib": i}
              for h, g, p, i in zip(data["hosts"], data["gather"], data["gpu"], data["ib"], strict=True)]
-    return doctor.diagnose(CATALOG, doctor.evidence_from_registered(data["plan"], hosts))
+    return diagnosis.diagnose(CATALOG, evidence_from_registered(data["plan"], hosts))
 
 
 def faults(report):
@@ -117,7 +119,7 @@ def test_an_unreachable_node_is_the_first_finding_and_the_rest_is_still_diagnose
     hosts = [{"host": h, "gather": g, "gpu": p, "ib": i}
              for h, g, p, i in zip(data["hosts"], data["gather"], data["gpu"], data["ib"], strict=True)]
     hosts[1].update(gather=unreachable, gpu=unreachable, ib=unreachable)
-    report = doctor.diagnose(CATALOG, doctor.evidence_from_registered(data["plan"], hosts))
+    report = diagnosis.diagnose(CATALOG, evidence_from_registered(data["plan"], hosts))
     first = report["findings"][0]
     assert first["id"] == "node_unreachable" and first["nodes"] == ["node2"]
     assert "No route to host" in first["evidence"][0]["line"]
@@ -129,6 +131,6 @@ def test_a_gather_that_failed_on_a_node_is_recorded_not_fatal():
     hosts = [{"host": h, "gather": g, "gpu": p, "ib": i}
              for h, g, p, i in zip(data["hosts"], data["gather"], data["gpu"], data["ib"], strict=True)]
     hosts[0]["gpu"] = {"failed": True, "msg": "host node1: 'nvidia-smi -q -x' exited with 9: NVIDIA-SMI has failed"}
-    evidence = doctor.evidence_from_registered(data["plan"], hosts)
+    evidence = evidence_from_registered(data["plan"], hosts)
     assert evidence["nodes"]["node1"]["gpu"] == {"error": hosts[0]["gpu"]["msg"]}
-    assert doctor.diagnose(CATALOG, evidence)["faults"] == 0
+    assert diagnosis.diagnose(CATALOG, evidence)["faults"] == 0

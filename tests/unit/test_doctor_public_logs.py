@@ -14,17 +14,19 @@ import copy
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import load_catalog_file
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.diagnosis import diagnose
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import (
     ibstat,
     nvidia_smi,
     nvidia_smi_query,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers import systemd
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLIC = REPO / "tests" / "fixtures" / "doctor" / "public"
-CATALOG = doctor.load_catalog_file(REPO / "roles" / "doctor" / "files" / "signatures.yml")
+CATALOG = load_catalog_file(REPO / "roles" / "doctor" / "files" / "signatures.yml")
 H100 = ("NVIDIA H100 80GB HBM3", 81559)  # memory.total of the captured H100 (tests/fixtures/gpu/public)
 ALL_ACTIVE_IBSTAT = (REPO / "tests/fixtures/ib/public/gpud-ibstat-h100-9hca-all-active.txt").read_text()
 
@@ -74,7 +76,7 @@ def healthy_node(plan, node):
         "journal": {name: [] for name in units},
         "unit_pids": pids,
         "listening": [],
-        "env_files": {"/etc/vllm-cluster/env": {"exists": True, **doctor.parse_env_file(env_text)}},
+        "env_files": {"/etc/vllm-cluster/env": {"exists": True, **systemd.parse_env_file(env_text)}},
         "env_file_order": ["/etc/vllm-cluster/env"],
         "interfaces": {"eth1": {"state": "UP", "mtu": 9000, "addresses": [f"{node['address']}/24"]}},
         "routes": {plan["nodes"][0]["address"]: "eth1"},
@@ -119,11 +121,11 @@ def set_env(evidence, node, **values):
     gather = evidence["nodes"][node]["gather"]
     text = "\n".join(f"{key}={value}" for key, value in {**gather["env_files"]["/etc/vllm-cluster/env"]["vars"],
                                                           **values}.items())
-    gather["env_files"]["/etc/vllm-cluster/env"] = {"exists": True, **doctor.parse_env_file(text)}
+    gather["env_files"]["/etc/vllm-cluster/env"] = {"exists": True, **systemd.parse_env_file(text)}
 
 
 def top(evidence):
-    report = doctor.diagnose(CATALOG, evidence)
+    report = diagnose(CATALOG, evidence)
     assert report["findings"], "the doctor found nothing"
     return report["findings"][0], report
 
@@ -144,7 +146,7 @@ def test_every_public_fixture_has_its_source():
 
 def test_the_healthy_plan_evidence_has_no_fault():
     for backend in ("mp", "ray"):
-        report = doctor.diagnose(CATALOG, healthy_cluster(backend))
+        report = diagnose(CATALOG, healthy_cluster(backend))
         assert report["faults"] == 0, [f["id"] for f in report["findings"]]
 
 
@@ -193,7 +195,7 @@ def test_the_version_mismatch_quotes_both_versions():
 
 def test_unit_failure_is_a_consequence_not_the_cause():
     evidence = with_log(healthy_cluster(), "vllm6042-nccl-watchdog-timeout.log", node="node2")
-    report = doctor.diagnose(CATALOG, evidence)
+    report = diagnose(CATALOG, evidence)
     assert ids(report)[:2] == ["nccl_watchdog_timeout", "unit_failed"]
     assert report["findings"][1]["explained_by"] == ["nccl_watchdog_timeout"]
 
@@ -235,7 +237,7 @@ def test_a_foreign_gpu_process_explains_the_free_memory_error():
 
 def test_socket_transport_is_a_fault_only_where_ib_is_declared():
     evidence = with_log(healthy_cluster("mp", ib=False), "areal639-nccl-net-socket-bond.log", failing=False)
-    report = doctor.diagnose(CATALOG, evidence)
+    report = diagnose(CATALOG, evidence)
     assert "nccl_socket_where_ib_declared" not in ids(report)
 
 

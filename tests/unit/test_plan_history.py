@@ -5,7 +5,9 @@ import os
 import subprocess
 import sys
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.diagnosis import diagnose
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import evidence_from_registered
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.report import render_report
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.history import plan_changes, plan_summary
 from test_doctor_lab_cases import CASES, CATALOG, CATALOG_FILE, CLI, REPO
 from test_facts_modules import ANSIBLE, MODULE_PYTHON
@@ -58,12 +60,12 @@ def test_the_doctor_reports_the_last_change_and_the_cli_writes_it(tmp_path):
     }
     hosts = [{"host": h, "gather": g, "gpu": p, "ib": i}
              for h, g, p, i in zip(data["hosts"], data["gather"], data["gpu"], data["ib"], strict=True)]
-    report = doctor.diagnose(CATALOG, doctor.evidence_from_registered(data["plan"], hosts))
+    report = diagnose(CATALOG, evidence_from_registered(data["plan"], hosts))
     assert report["faults"] == 0
     assert report["last_change"] == [{
         "node": "node1", "previous_modified": "2026-11-30 10:00:00 UTC",
         "current_modified": "2026-11-30 11:00:00 UTC", "changes": ["--max-model-len: 256 -> 512"]}]
-    lines = doctor.render_report(report)
+    lines = render_report(report)
     assert lines[-2:] == ["  node1: plan.previous.json (2026-11-30 10:00:00 UTC) -> plan.json (2026-11-30 11:00:00 UTC)",
                           "    --max-model-len: 256 -> 512"]
     evidence = tmp_path / "doctor-evidence.json"
@@ -76,8 +78,8 @@ def test_the_doctor_reports_the_last_change_and_the_cli_writes_it(tmp_path):
     text = markdown.read_text(encoding="utf-8")
     assert "## What the last deploy changed" in text and "--max-model-len: 256 -> 512" in text
     # Without plan.previous.json (a first deploy) there is no section.
-    assert "last deploy" not in "\n".join(doctor.render_report(doctor.diagnose(
-        CATALOG, doctor.evidence_from_registered(data["plan"], [dict(hosts[0], gather={})]))))
+    assert "last deploy" not in "\n".join(render_report(diagnose(
+        CATALOG, evidence_from_registered(data["plan"], [dict(hosts[0], gather={})]))))
 
 
 def test_doctor_gather_reads_both_plans_of_the_node(tmp_path):
@@ -113,8 +115,8 @@ def test_after_a_teardown_the_report_names_the_plan_that_ran_last():
         "plan": plan_summary(data["plan"])}}
     hosts = [{"host": h, "gather": g, "gpu": p, "ib": i}
              for h, g, p, i in zip(data["hosts"], data["gather"], data["gpu"], data["ib"], strict=True)]
-    report = doctor.diagnose(CATALOG, doctor.evidence_from_registered(data["plan"], hosts))
+    report = diagnose(CATALOG, evidence_from_registered(data["plan"], hosts))
     assert report["last_change"][0]["changes"] == [
         "vLLM was torn down (no plan.json); plan.previous.json is the plan that ran last: "
         "tp (mp) TP=2 PP=1 DP=1 EP=1 world_size=2"]
-    assert "  node1: plan.previous.json (2026-11-30 12:00:00 UTC) -> plan.json (none)" in doctor.render_report(report)
+    assert "  node1: plan.previous.json (2026-11-30 12:00:00 UTC) -> plan.json (none)" in render_report(report)

@@ -13,7 +13,7 @@ import pwd
 import re
 import stat
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import parse_systemctl_show
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_systemctl_show
 
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "FragmentPath")
 _SYSTEMD_VERSION = re.compile(r"^systemd (\d+)")

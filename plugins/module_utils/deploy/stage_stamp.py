@@ -21,7 +21,7 @@ import stat
 from pathlib import Path
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.stages import ALL_NAMES as STAGES
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import parse_systemctl_show
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_systemctl_show
 
 STAMP_DIR = "/etc/vllm-cluster/stages"
 FORMAT = 1

@@ -1,1 +1,4 @@
-"""The doctor: the symptom catalog, its observations, the diagnosis, the report, the checklist."""
+"""The doctor: the signature catalog, the evidence, its observations, the diagnosis, the report, the checklist.
+
+docs/doctor.md ("Where the code is") says which file holds what.
+"""

@@ -19,7 +19,15 @@ Pure Python 3.11, no Ansible import.
 
 from __future__ import annotations
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import VLLM_UNIT, Cluster
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_network import (
+    SOCKET_IFNAME_VARS,
+    obs_host_ip_mismatch,
+    obs_ib_declared,
+    obs_ib_port_down,
+    obs_socket_ifname_mismatch,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_exec_start
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import flag_value
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import (
     gpu_balance,
@@ -60,7 +68,7 @@ def read_results(results_dir):
 class _Context:
     def __init__(self, evidence):
         self.evidence = evidence
-        self.cluster = doctor.Cluster(evidence)
+        self.cluster = Cluster(evidence)
         self.plan = self.cluster.plan
         self.results = evidence.get("results") or {}
         self.device = (self.plan.get("cluster") or {}).get("device", "cuda")
@@ -85,8 +93,8 @@ class _Context:
             for node in self.cluster.reachable_nodes():
                 if not node.runs_vllm:
                     continue
-                fact = vllm_logs.parse_log("\n".join(node.journal(doctor.VLLM_UNIT)))
-                unit = node.unit(doctor.VLLM_UNIT)
+                fact = vllm_logs.parse_log("\n".join(node.journal(VLLM_UNIT)))
+                unit = node.unit(VLLM_UNIT)
                 fact["unit"] = {
                     "active_state": unit.get("ActiveState"),
                     "sub_state": unit.get("SubState"),
@@ -163,9 +171,9 @@ def check_baseline_recorded(ctx):
 
 def check_eager_first(ctx):
     head = ctx.cluster.head
-    if head is None or not head.installed(doctor.VLLM_UNIT):
+    if head is None or not head.installed(VLLM_UNIT):
         return _item(FAIL, ["vllm.service is not installed on the head"])
-    argv = doctor.parse_exec_start(head.unit(doctor.VLLM_UNIT).get("ExecStart"))
+    argv = parse_exec_start(head.unit(VLLM_UNIT).get("ExecStart"))
     if "--enforce-eager" in argv:
         return _item(PASS, [f"{head.name}: vllm.service runs with --enforce-eager (functional first, graphs later)"])
     if ctx.device == "cpu" and (ctx.plan.get("pp") or 1) > 1:
@@ -294,12 +302,12 @@ def check_ray_cluster(ctx):
 def check_nccl_env(ctx):
     if not ctx.multi_node:
         return _item(NA, ["one node: NCCL and Gloo stay inside the node"])
-    problems = doctor.obs_socket_ifname_mismatch(ctx.cluster, {}) + doctor.obs_host_ip_mismatch(ctx.cluster, {})
+    problems = obs_socket_ifname_mismatch(ctx.cluster, {}) + obs_host_ip_mismatch(ctx.cluster, {})
     lines = []
     missing = []
     for node in ctx.cluster.reachable_nodes():
         env = node.env
-        for var in (*doctor.SOCKET_IFNAME_VARS, "VLLM_HOST_IP"):
+        for var in (*SOCKET_IFNAME_VARS, "VLLM_HOST_IP"):
             if var in env:
                 value, path, (number, text) = env[var]
                 lines.append(f"{node.name} {path}:{number}: {text.strip()}")
@@ -331,17 +339,17 @@ def check_rank_layout(ctx):
 def check_ib_traffic(ctx):
     if not ctx.multi_node:
         return _item(NA, ["one node: no inter-node traffic"])
-    declared = doctor.obs_ib_declared(ctx.cluster, {})
+    declared = obs_ib_declared(ctx.cluster, {})
     if not declared:
         return _item(NA, ["no node declares InfiniBand (NCCL_IB_DISABLE=1 or no NCCL_IB_HCA): traffic is TCP by design"])
     ib_lines, socket_lines = [], []
     for node in ctx.cluster.reachable_nodes():
-        for line in node.journal(doctor.VLLM_UNIT):
+        for line in node.journal(VLLM_UNIT):
             if "via NET/IB" in line and len(ib_lines) < 4:
                 ib_lines.append(f"{node.name}: {line.strip()}")
             elif "via NET/Socket" in line and len(socket_lines) < 4:
                 socket_lines.append(f"{node.name}: {line.strip()}")
-    down = doctor.obs_ib_port_down(ctx.cluster, {})
+    down = obs_ib_port_down(ctx.cluster, {})
     if socket_lines or down:
         return _item(FAIL, socket_lines + [hit["line"] for hit in down])
     if not ib_lines:

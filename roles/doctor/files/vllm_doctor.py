@@ -11,7 +11,8 @@ The evidence file is what the doctor role writes under results/<deployment>/:
 registered results of doctor_gather, gpu_facts and ib_facts per node. Running
 this script again on a saved file gives the same report, offline. It prints one
 JSON object on stdout (the summary the playbook reads). All logic is in the
-collection's plugins/module_utils (doctor_catalog.py, checklist.py).
+collection's plugins/module_utils/doctor/ (catalog.py loads the signatures,
+diagnosis.py matches them, report.py renders the report; checklist.py).
 """
 
 from __future__ import annotations
@@ -48,13 +49,21 @@ def _write(path, text):
 
 
 def diagnose(args):
-    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import diagnosis
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import load_catalog_file
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
+        evidence_from_registered,
+    )
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.report import (
+        render_markdown,
+        render_report,
+    )
 
-    catalog = doctor.load_catalog_file(args.catalog)
+    catalog = load_catalog_file(args.catalog)
     with open(args.evidence, encoding="utf-8") as handle:
         data = json.load(handle)
-    report = doctor.diagnose(catalog, doctor.evidence_from_registered(data.get("plan"), _hosts(data)))
-    _write(args.markdown, doctor.render_markdown(report))
+    report = diagnosis.diagnose(catalog, evidence_from_registered(data.get("plan"), _hosts(data)))
+    _write(args.markdown, render_markdown(report))
     _write(args.json, json.dumps(report, indent=2) + "\n")
     faults = [f for f in report["findings"] if f["severity"] == "fault"]
     summary = {
@@ -63,18 +72,20 @@ def diagnose(args):
         "deployment": report["deployment"],
         "top": faults[0] if faults else None,
         "findings": [{"id": f["id"], "severity": f["severity"], "nodes": f["nodes"]} for f in report["findings"]],
-        "lines": doctor.render_report(report, args.evidence_lines),
+        "lines": render_report(report, args.evidence_lines),
     }
     print(json.dumps(summary))
 
 
 def checklist(args):
-    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import catalog as doctor
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import checklist as seed_checklist
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
+        evidence_from_registered,
+    )
 
     with open(args.evidence, encoding="utf-8") as handle:
         data = json.load(handle)
-    evidence = doctor.evidence_from_registered(data.get("plan"), _hosts(data))
+    evidence = evidence_from_registered(data.get("plan"), _hosts(data))
     evidence["results"] = seed_checklist.read_results(args.results) if args.results else {}
     report = seed_checklist.evaluate(evidence)
     _write(args.markdown, seed_checklist.render_markdown(report))

@@ -1,0 +1,221 @@
+"""The diagnosis: every signature of the catalog matched against the evidence, findings ranked.
+
+``diagnose`` runs each signature's rules (log patterns over the journals since
+the last start, and observations), fills the title, cause and fix templates
+with the values the hits carry (and the plan's), ranks the findings most likely
+cause first and adds what the last deploy changed on each node (``last_change``).
+
+Pure Python 3.11, no Ansible import.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
+    RAY_UNITS,
+    VLLM_UNIT,
+    Cluster,
+    make_hit,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations import OBSERVATIONS
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import history as plan_history
+
+
+def _log_streams(node, sources):
+    units = []
+    if "any" in sources or "vllm" in sources:
+        units.append(VLLM_UNIT)
+    if "any" in sources or "ray" in sources:
+        units.extend(RAY_UNITS)
+    for unit in units:
+        yield unit, node.journal(unit)
+    if "any" in sources:
+        yield from (node.gather.get("extra_logs") or {}).items()
+
+
+def _match_log(cluster, log):
+    hits = []
+    seen = set()
+    for node in cluster.reachable_nodes():
+        for stream, lines in _log_streams(node, log["sources"]):
+            for index, line in enumerate(lines):
+                match = log["regex"].search(line)
+                if not match:
+                    continue
+                key = (node.name, stream, line.strip())
+                if key in seen:
+                    continue
+                seen.add(key)
+                quoted = line.strip()
+                if log.get("after"):
+                    following = [text.strip() for text in lines[index + 1: index + 1 + log["after"]] if text.strip()]
+                    quoted = " | ".join([quoted, *following])
+                values = {k: v for k, v in match.groupdict().items() if v is not None}
+                hits.append(make_hit(node, f"journal {stream}", quoted, **values))
+    return hits
+
+
+class _SafeValues(dict):
+    def __missing__(self, key):
+        return "{" + key + "}"
+
+
+def _render(template, values):
+    return string.Formatter().vformat(template, (), _SafeValues(values))
+
+
+def _observe(cluster, name, params, cache):
+    key = (name, json.dumps(params, sort_keys=True, default=str))
+    if key not in cache:
+        cache[key] = OBSERVATIONS[name](cluster, params)
+    return cache[key]
+
+
+def _signature_hits(cluster, sig, cache):
+    """Hits of every rule of one signature; a rule with 'requires' counts only on nodes where they hold."""
+    hits = []
+    kinds = set()
+    for rule in sig["rules"]:
+        if "log" in rule:
+            found = _match_log(cluster, rule["log"])
+            kind = "log"
+        else:
+            found = _observe(cluster, rule["observation"], rule["params"], cache)
+            kind = rule["observation"]
+        for requirement in rule["requires"]:
+            allowed = {hit["node"] for hit in _observe(cluster, requirement, {}, cache)}
+            found = [hit for hit in found if hit["node"] in allowed or None in allowed]
+        if found:
+            kinds.add(kind)
+            hits.extend(found)
+    return hits, kinds
+
+
+def diagnose(catalog, evidence):
+    """Match every signature against the evidence; return the report, most likely cause first.
+
+    Ranking: the signature's priority (how specific a root cause it names),
+    lowered below any matched signature that 'explains' it (a consequence
+    comes after its cause), then the number of independent kinds of evidence
+    (log and observations), then the nodes involved, then catalog order.
+    """
+    cluster = Cluster(evidence)
+    cache = {}
+    matched = []
+    for order, sig in enumerate(catalog["signatures"]):
+        hits, kinds = _signature_hits(cluster, sig, cache)
+        if hits:
+            matched.append((order, sig, hits, kinds))
+    ids = {sig["id"] for _, sig, _, _ in matched}
+    explained_by = {}
+    for _, sig, _, _ in matched:
+        for name in sig["explains"]:
+            if name in ids:
+                explained_by.setdefault(name, []).append(sig)
+    findings = []
+    for order, sig, hits, kinds in matched:
+        causes = explained_by.get(sig["id"], [])
+        effective = sig["priority"]
+        if causes:
+            effective = min(effective, min(cause["priority"] for cause in causes) - 1)
+        nodes = sorted({hit["node"] for hit in hits if hit["node"]}, key=_node_order(cluster))
+        values = {"nodes": ", ".join(nodes) or "the cluster", "node": nodes[0] if nodes else "the cluster"}
+        for hit in hits:
+            for key, value in hit["values"].items():
+                values.setdefault(key, value)
+        for key, value in _plan_values(cluster).items():
+            values.setdefault(key, value)
+        for key, template in sig["defaults"].items():
+            values.setdefault(key, _render(template, values))
+        findings.append(
+            {
+                "id": sig["id"],
+                "title": _render(sig["title"], values),
+                "family": sig["family"],
+                "seed_branch": sig["seed_branch"],
+                "severity": sig["severity"],
+                "priority": sig["priority"],
+                "rank_priority": effective,
+                "nodes": nodes,
+                "symptom": sig["symptom"],
+                "checks": sig["checks"],
+                "cause": _render(sig["cause"], values),
+                "fix": _render(sig["fix"], values),
+                "evidence": [
+                    {"node": hit["node"], "source": hit["source"], "line": hit["line"]}
+                    for hit in hits
+                ],
+                "evidence_kinds": sorted(kinds),
+                "explained_by": [cause["id"] for cause in causes],
+                "references": sig["references"],
+                "_order": order,
+            }
+        )
+    findings.sort(
+        key=lambda f: (
+            0 if f["severity"] == "fault" else 1,
+            -f["rank_priority"],
+            -len(f["evidence_kinds"]),
+            -len(f["nodes"]),
+            f["_order"],
+        )
+    )
+    for finding in findings:
+        del finding["_order"]
+    faults = [f for f in findings if f["severity"] == "fault"]
+    return {
+        "faults": len(faults),
+        "warnings": len(findings) - len(faults),
+        "findings": findings,
+        "nodes": [node.name for node in cluster.nodes],
+        "unreachable": [node.name for node in cluster.nodes if not node.reachable],
+        "deployment": cluster.plan.get("deployment"),
+        "strategy": cluster.plan.get("strategy"),
+        "backend": cluster.plan.get("backend"),
+        "signatures_checked": len(catalog["signatures"]),
+        "last_change": last_change(cluster),
+    }
+
+
+def last_change(cluster):
+    """Per node that keeps a plan.previous.json: when its plan last changed and what changed."""
+    changes = []
+    for node in cluster.nodes:
+        plans = node.gather.get("plans") or {}
+        previous, current = plans.get("previous"), plans.get("current")
+        if not previous:
+            continue
+        if current:
+            lines = plan_history.plan_changes(previous.get("plan"), current.get("plan"), node.name)
+        else:
+            lines = ["vLLM was torn down (no plan.json); plan.previous.json is the plan that ran last: "
+                     + plan_history.layout_text(previous.get("plan") or {})]
+        changes.append({
+            "node": node.name,
+            "previous_modified": previous.get("modified"),
+            "current_modified": (current or {}).get("modified"),
+            "changes": lines or ["nothing that decides what runs (layout, nodes, ports, model, argv, env)"],
+        })
+    return changes
+
+
+def _node_order(cluster):
+    order = {node.name: index for index, node in enumerate(cluster.nodes)}
+    return lambda name: (order.get(name, len(order)), name)
+
+
+def _plan_values(cluster):
+    plan = cluster.plan
+    model = plan.get("model") or {}
+    values = {
+        "tp": plan.get("tp"), "pp": plan.get("pp"), "dp": plan.get("dp"), "world_size": plan.get("world_size"),
+        "model_path": model.get("path"), "heads": model.get("heads"), "backend": plan.get("backend"),
+        "head_node": cluster.head.name if cluster.head else None,
+        "head_address": cluster.head.plan.get("address") if cluster.head else None,
+    }
+    ports = plan.get("ports") or {}
+    for name, port in ports.items():
+        values.setdefault(f"port_{name}", port)
+    return {key: value for key, value in values.items() if value is not None}

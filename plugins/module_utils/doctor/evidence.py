@@ -1,0 +1,208 @@
+"""The doctor's evidence: what Ansible registered on every node, read as a cluster.
+
+``evidence_from_registered`` turns the registered results of ``doctor_gather``,
+``gpu_facts`` and ``ib_facts`` into the evidence dict (its shape is documented
+in ``docs/doctor.md``); ``Cluster`` and ``Node`` read it for the observations:
+a node's units, journals, env files, ports and interfaces, the head, the units
+and ports the plan expects on each node. ``make_hit`` is the shape of one line
+of evidence that observations and log rules return.
+
+Pure Python 3.11, no Ansible import.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_exec_start
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import flag_value
+
+VLLM_UNIT = "vllm.service"
+RAY_UNITS = ("ray-head.service", "ray-worker.service")
+# Ports a deployment opens on its head only; every other plan port (Ray's per-node
+# ports) is opened on every node of a Ray cluster.
+HEAD_ONLY_PORTS = ("api", "master", "dp_rpc", "ray_gcs", "ray_dashboard", "ray_client")
+
+
+def _registered_failure(result):
+    if not isinstance(result, dict):
+        return "no result"
+    if result.get("unreachable"):
+        return result.get("msg") or "unreachable"
+    if result.get("skipped"):
+        return "skipped"
+    if result.get("failed"):
+        return result.get("msg") or "failed"
+    return None
+
+
+def evidence_from_registered(plan, hosts):
+    """The evidence dict from what Ansible registered per host: {host, gather, gpu, ib}.
+
+    A host whose every result is unreachable is recorded as unreachable; a fact
+    module that failed (nvidia-smi broken, say) leaves {"error": msg} so the
+    catalog can still match the node's journals.
+    """
+    nodes = {}
+    for item in hosts or []:
+        name = item.get("host")
+        gather, gpu, ib = item.get("gather") or {}, item.get("gpu") or {}, item.get("ib") or {}
+        unreachable = [r for r in (gather, gpu, ib) if isinstance(r, dict) and r.get("unreachable")]
+        node = {"reachable": not unreachable, "error": _registered_failure(unreachable[0]) if unreachable else None}
+        node["gather"] = gather.get("evidence") or {}
+        if _registered_failure(gather) and not unreachable:
+            node["gather"] = {"errors": [{"command": "doctor_gather", "error": _registered_failure(gather)}]}
+        node["gpu"] = (gpu.get("ansible_facts") or {}).get("vllm_gpu") or {"error": _registered_failure(gpu)}
+        node["ib"] = (ib.get("ansible_facts") or {}).get("vllm_ib") or {"error": _registered_failure(ib)}
+        nodes[name] = node
+    return {"plan": plan or {}, "nodes": nodes}
+
+
+class Node:
+    """One node's evidence: gathered by doctor_gather plus its GPU and IB facts."""
+
+    def __init__(self, name, raw, plan_node):
+        self.name = name
+        raw = raw or {}
+        self.reachable = raw.get("reachable", True)
+        self.error = raw.get("error")
+        self.gather = raw.get("gather") or {}
+        self.gpu = raw.get("gpu") or {}
+        self.ib = raw.get("ib") or {}
+        self.plan = plan_node or {}
+
+    @property
+    def units(self):
+        return self.gather.get("units") or {}
+
+    def unit(self, name):
+        return self.units.get(name) or {}
+
+    def installed(self, name):
+        unit = self.unit(name)
+        return bool(unit) and unit.get("LoadState") not in (None, "", "not-found")
+
+    def journal(self, unit):
+        return (self.gather.get("journal") or {}).get(unit) or []
+
+    @property
+    def env(self):
+        """Every env file's variables, later files winning, as systemd reads them in order."""
+        merged = {}
+        for path in self.gather.get("env_file_order") or sorted(self.gather.get("env_files") or {}):
+            info = (self.gather.get("env_files") or {}).get(path) or {}
+            for key, value in (info.get("vars") or {}).items():
+                merged[key] = (value, path, (info.get("lines") or {}).get(key, [None, f"{key}={value}"]))
+        return merged
+
+    @property
+    def deployment_pids(self):
+        pids = set()
+        for info in (self.gather.get("unit_pids") or {}).values():
+            pids.update(int(pid) for pid in info)
+        return pids
+
+    def pid_unit(self, pid):
+        for unit, pids in (self.gather.get("unit_pids") or {}).items():
+            if pid in {int(p) for p in pids}:
+                return unit
+        return None
+
+    @property
+    def interfaces(self):
+        return self.gather.get("interfaces") or {}
+
+    def local_addresses(self):
+        return {address.split("/")[0] for info in self.interfaces.values() for address in info.get("addresses", [])}
+
+    @property
+    def runs_vllm(self):
+        if self.plan:
+            return bool(self.plan.get("runs_vllm"))
+        return self.installed(VLLM_UNIT)
+
+
+class Cluster:
+    """The plan plus every node, with the derived views observations share."""
+
+    def __init__(self, evidence):
+        self.plan = evidence.get("plan") or {}
+        plan_nodes = {node.get("host"): node for node in self.plan.get("nodes", [])}
+        raw_nodes = evidence.get("nodes") or {}
+        order = [node.get("host") for node in self.plan.get("nodes", []) if node.get("host") in raw_nodes]
+        order += [name for name in raw_nodes if name not in order]
+        self.nodes = [Node(name, raw_nodes[name], plan_nodes.get(name)) for name in order]
+        self.controller = evidence.get("controller") or {}
+
+    def reachable_nodes(self):
+        return [node for node in self.nodes if node.reachable]
+
+    @property
+    def head(self):
+        for node in self.nodes:
+            if node.plan.get("node_rank") == 0 or node.plan.get("role") == "head":
+                return node
+        return self.nodes[0] if self.nodes else None
+
+    def expected_units(self, node):
+        """Units this node must run: vllm where the plan runs it, Ray where Ray is installed or planned."""
+        units = []
+        if node.runs_vllm:
+            units.append(VLLM_UNIT)
+        ray_backend = self.plan.get("backend") == "ray"
+        for unit in RAY_UNITS:
+            planned = ray_backend and ((unit == "ray-head.service") == (node is self.head))
+            if planned or node.installed(unit):
+                units.append(unit)
+        return units
+
+    def ray_argv(self, node):
+        for unit in RAY_UNITS:
+            if node.installed(unit):
+                return parse_exec_start(node.unit(unit).get("ExecStart"))
+        return []
+
+    def ports_for(self, node):
+        """{name: port} the deployment listens on at this node."""
+        ports = {}
+        plan_ports = self.plan.get("ports") or {}
+        for name, port in plan_ports.items():
+            if name in ("ray_min_worker", "ray_max_worker") or not isinstance(port, int):
+                continue
+            if name.startswith("ray_") and not any(node.installed(u) for u in RAY_UNITS) and (
+                self.plan.get("backend") != "ray"
+            ):
+                continue
+            if name in HEAD_ONLY_PORTS and node is not self.head:
+                continue
+            if name in ("api", "master", "dp_rpc") and not node.runs_vllm:
+                continue
+            ports[name] = port
+        argv = self.ray_argv(node)
+        for flag, name in _RAY_PORT_FLAGS.items():
+            value = flag_value(argv, flag)
+            if value and value.isdigit():
+                ports.setdefault(name, int(value))
+        return ports
+
+    def plan_env(self, node):
+        return node.plan.get("env") or {}
+
+    def fabric_interface(self, node):
+        return node.plan.get("fabric_interface") or None
+
+
+_RAY_PORT_FLAGS = {
+    "--port": "ray_gcs",
+    "--dashboard-port": "ray_dashboard",
+    "--ray-client-server-port": "ray_client",
+    "--node-manager-port": "ray_node_manager",
+    "--object-manager-port": "ray_object_manager",
+    "--runtime-env-agent-port": "ray_runtime_env_agent",
+    "--dashboard-agent-grpc-port": "ray_dashboard_agent_grpc",
+    "--dashboard-agent-listen-port": "ray_dashboard_agent_listen",
+    "--metrics-export-port": "ray_metrics_export",
+}
+
+
+def make_hit(node, source, line, **values):
+    """One line of evidence, as observations and log rules return it; values fill placeholders."""
+    return {"node": node.name if isinstance(node, Node) else node, "source": source, "line": line, "values": values}

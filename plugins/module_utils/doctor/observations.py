@@ -1,0 +1,74 @@
+"""The observations a signature's rules may name: ``OBSERVATIONS``, name -> function.
+
+An observation is a generic, reusable check of the evidence, such as "a plan
+port is held by a process outside the deployment's units". Each takes the
+``evidence.Cluster`` and the rule's ``params`` and returns hits, made with
+``evidence.make_hit``: {"node": name or None, "source": where the line comes
+from, "line": the evidence quoted, "values": {placeholder: value}}.
+Observations check; the catalog decides what a hit means.
+
+To add one, write it in ``observations_node.py`` (what a node shows on its
+own) or ``observations_network.py`` (what lies between nodes) and name it here.
+
+Pure Python 3.11, no Ansible import.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_network import (
+    obs_firewall_drops_port,
+    obs_host_ip_mismatch,
+    obs_ib_declared,
+    obs_ib_port_down,
+    obs_memlock_limited,
+    obs_ray_node_not_alive,
+    obs_rendezvous_probe,
+    obs_socket_ifname_mismatch,
+    obs_tp_across_nodes,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_node import (
+    obs_driver_mismatch,
+    obs_env_differs,
+    obs_env_flag,
+    obs_fabric_manager_not_ready,
+    obs_gpu_count_below_plan,
+    obs_gpu_facts_failed,
+    obs_gpu_held_by_foreign_process,
+    obs_model_missing,
+    obs_node_unreachable,
+    obs_port_held_by_foreign_process,
+    obs_shm_small,
+    obs_unit_argv_differs,
+    obs_unit_failed,
+    obs_unit_missing,
+    obs_unit_stopped,
+    obs_version_mismatch,
+)
+
+OBSERVATIONS = {
+    "node_unreachable": obs_node_unreachable,
+    "port_held_by_foreign_process": obs_port_held_by_foreign_process,
+    "gpu_held_by_foreign_process": obs_gpu_held_by_foreign_process,
+    "unit_failed": obs_unit_failed,
+    "unit_stopped": obs_unit_stopped,
+    "unit_missing": obs_unit_missing,
+    "ray_node_not_alive": obs_ray_node_not_alive,
+    "version_mismatch": obs_version_mismatch,
+    "socket_ifname_mismatch": obs_socket_ifname_mismatch,
+    "host_ip_mismatch": obs_host_ip_mismatch,
+    "model_missing": obs_model_missing,
+    "rendezvous_probe": obs_rendezvous_probe,
+    "firewall_drops_port": obs_firewall_drops_port,
+    "shm_small": obs_shm_small,
+    "ib_declared": obs_ib_declared,
+    "ib_port_down": obs_ib_port_down,
+    "memlock_limited": obs_memlock_limited,
+    "driver_mismatch": obs_driver_mismatch,
+    "fabric_manager_not_ready": obs_fabric_manager_not_ready,
+    "unit_argv_differs": obs_unit_argv_differs,
+    "env_differs": obs_env_differs,
+    "tp_across_nodes": obs_tp_across_nodes,
+    "env_flag": obs_env_flag,
+    "gpu_count_below_plan": obs_gpu_count_below_plan,
+    "gpu_facts_failed": obs_gpu_facts_failed,
+}

@@ -1,0 +1,287 @@
+"""Observations between nodes: interface names and addresses, Ray membership, probes, firewalls, InfiniBand.
+
+The socket interface variables and ``VLLM_HOST_IP`` against the fabric and
+the plan, Ray nodes the head does not list as ALIVE, TCP probes of the head's
+rendezvous ports, firewall rules that drop a port a probe could not reach,
+declared InfiniBand HCAs and their ports, the pinned memory RDMA needs, and TP
+spanning nodes. Each ``obs_*`` function is named in ``observations.OBSERVATIONS``.
+
+Pure Python 3.11, no Ansible import.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import VLLM_UNIT, make_hit
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.net import rule_ports, source_accepted
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import READY_PATTERNS
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import flag_value, is_ip
+
+SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+
+
+def obs_ray_node_not_alive(cluster, params):
+    """Ray nodes (by their --node-ip-address) that the head's state API does not list as ALIVE."""
+    head = cluster.head
+    ray_info = head.gather.get("ray") if head else None
+    listed = (ray_info or {}).get("nodes")
+    if not isinstance(listed, list):
+        return []
+    alive = {entry.get("node_ip") for entry in listed if entry.get("state") == "ALIVE"}
+    dead = {entry.get("node_ip"): entry for entry in listed if entry.get("state") != "ALIVE"}
+    hits = []
+    for node in cluster.nodes:
+        argv = cluster.ray_argv(node) if node.reachable else []
+        address = flag_value(argv, "--node-ip-address") or node.plan.get("address")
+        if not argv and not (cluster.plan.get("backend") == "ray" and node.plan):
+            continue
+        if address and address not in alive:
+            state = dead.get(address, {}).get("state", "absent")
+            hits.append(
+                make_hit(
+                    node,
+                    f"ray list nodes (on {head.name})",
+                    f"Ray node {node.name} ({address}) is {state} in the head's node list "
+                    f"({len(alive)} ALIVE: {', '.join(sorted(a for a in alive if a)) or 'none'})",
+                    address=address, ray_state=state,
+                )
+            )
+    return hits
+
+
+def _nccl_ifname_matches(value, expected):
+    """NCCL_SOCKET_IFNAME semantics: prefixes, '=' for exact names, '^' to exclude."""
+    exact = value.startswith("=")
+    body = value.lstrip("=")
+    exclude = body.startswith("^")
+    names = [name for name in body.lstrip("^").split(",") if name]
+    if exclude:
+        return not any(expected == name if exact else expected.startswith(name) for name in names)
+    return any(expected == name if exact else expected.startswith(name) for name in names)
+
+
+def obs_socket_ifname_mismatch(cluster, params):
+    hits = []
+    for node in cluster.reachable_nodes():
+        env = node.env
+        expected = cluster.fabric_interface(node)
+        route_dev = None
+        head = cluster.head
+        if head is not None and head.plan.get("address"):
+            route_dev = (node.gather.get("routes") or {}).get(head.plan["address"])
+        for var in SOCKET_IFNAME_VARS:
+            if var not in env:
+                continue
+            value, path, (number, text) = env[var]
+            want = expected or route_dev
+            problems = []
+            if var == "NCCL_SOCKET_IFNAME":
+                if want and not _nccl_ifname_matches(value, want):
+                    problems.append(f"selects no interface named like {want}")
+            else:
+                if "," in value or value.startswith("^"):
+                    problems.append("Gloo and torch take one concrete interface name, not a list")
+                elif want and value != want:
+                    problems.append(f"expected {want}")
+                elif node.interfaces and value not in node.interfaces:
+                    problems.append(f"no interface {value} on this node ({', '.join(sorted(node.interfaces))})")
+            if problems:
+                hits.append(
+                    make_hit(
+                        node,
+                        f"{path}:{number}",
+                        f"{text.strip()}  <- {'; '.join(problems)} (the fabric interface"
+                        f"{' from the inventory' if expected else ' that routes to the head'})",
+                        var=var, value=value, expected=want or "?", path=path,
+                    )
+                )
+    return hits
+
+
+def obs_host_ip_mismatch(cluster, params):
+    hits = []
+    for node in cluster.reachable_nodes():
+        env = node.env
+        planned = node.plan.get("address")
+        local = node.local_addresses()
+        if "VLLM_HOST_IP" in env:
+            value, path, (number, text) = env["VLLM_HOST_IP"]
+            problems = []
+            if planned and is_ip(planned) and value != planned:
+                problems.append(f"the plan gives this node {planned}")
+            if local and value not in local:
+                problems.append("no interface of this node has that address")
+            if problems:
+                hits.append(
+                    make_hit(node, f"{path}:{number}", f"{text.strip()}  <- {'; '.join(problems)}",
+                             value=value, expected=planned or "?")
+                )
+        ray_ip = flag_value(cluster.ray_argv(node), "--node-ip-address")
+        host_ip = env.get("VLLM_HOST_IP", (None,))[0]
+        if ray_ip and host_ip and ray_ip != host_ip:
+            hits.append(
+                make_hit(node, "ray unit ExecStart",
+                         f"ray start --node-ip-address {ray_ip} but VLLM_HOST_IP={host_ip}: vLLM and Ray name "
+                         "this node differently",
+                         value=host_ip, expected=ray_ip)
+            )
+    return hits
+
+
+def obs_rendezvous_probe(cluster, params):
+    """A node's TCP probe of a head port: results in params['results'] (default timeout/unreachable)."""
+    wanted = set(params.get("results", ["timeout", "unreachable"]))
+    hits = []
+    head = cluster.head
+    for node in cluster.reachable_nodes():
+        for probe in node.gather.get("probes") or []:
+            if probe.get("result") not in wanted:
+                continue
+            if probe.get("result") == "refused" and head is not None and _still_starting(head, probe.get("name")):
+                continue  # the head's unit is up but has not opened the port yet: a start, not a fault
+            listening = ""
+            if head is not None and head.reachable:
+                if any(sock["port"] == probe.get("port") for sock in head.gather.get("listening") or []):
+                    listening = f"; {head.name} listens on {probe.get('port')}"
+                else:
+                    listening = f"; nothing listens on {probe.get('port')} at {head.name}"
+            hits.append(
+                make_hit(
+                    node,
+                    "tcp probe",
+                    f"{node.name} -> {probe.get('address')}:{probe.get('port')} ({probe.get('name')}): "
+                    f"{probe.get('result')} after {probe.get('elapsed_ms', '?')} ms{listening}",
+                    address=probe.get("address"), port=probe.get("port"), port_name=probe.get("name"),
+                    result=probe.get("result"),
+                )
+            )
+    return hits
+
+
+def _still_starting(head, probe_name):
+    unit = "ray-head.service" if probe_name == "ray_gcs" else VLLM_UNIT
+    info = head.unit(unit)
+    if info.get("ActiveState") not in ("active", "activating") or info.get("SubState") == "auto-restart":
+        return False
+    ready = [re.compile(pattern) for pattern in READY_PATTERNS]
+    return not any(r.search(line) for r in ready for line in head.journal(unit))
+
+
+def obs_firewall_drops_port(cluster, params):
+    """Drop/reject rules on a node for a port another node's probe of that node could not reach.
+
+    A rule alone proves nothing: a hardened node drops the internal ports for
+    sources outside the cluster on purpose (after accepting the cluster's own
+    nodes). A rule is quoted only when a probe over the fabric (timeout or
+    unreachable) shows the port is blocked for a node of the cluster.
+    """
+    wanted = set(params.get("results", ["timeout", "unreachable"]))
+    blocked = {}  # target node name -> {port: port name}
+    probers = {}  # target node name -> addresses of the nodes whose probe failed
+    for prober in cluster.reachable_nodes():
+        for probe in prober.gather.get("probes") or []:
+            if probe.get("result") not in wanted or not isinstance(probe.get("port"), int):
+                continue
+            for target in cluster.reachable_nodes():
+                if target is not prober and probe.get("address") in target.local_addresses() | {
+                    target.plan.get("address")
+                }:
+                    blocked.setdefault(target.name, {})[probe["port"]] = probe.get("name") or "port"
+                    probers.setdefault(target.name, set()).update(
+                        {prober.plan.get("address")} | prober.local_addresses() - {None})
+    hits = []
+    for node in cluster.reachable_nodes():
+        ports = blocked.get(node.name) or {}
+        firewall = node.gather.get("firewall") or {}
+        accepted = firewall.get("accepted_sources") or {}
+        for rule in firewall.get("rules", []):
+            named = sorted(rule_ports(rule) & set(ports))
+            # A rule its chain never lets the probing nodes reach (they are accepted before it) is not the cause.
+            if named and any(source_accepted(address, accepted.get(rule, []))
+                             for address in probers.get(node.name, ()) if address):
+                continue
+            if named:
+                hits.append(
+                    make_hit(node, (node.gather.get("firewall") or {}).get("tool", "firewall"),
+                             f"{rule}  <- drops deployment port {', '.join(f'{p} ({ports[p]})' for p in named)}",
+                             port=named[0], port_name=ports[named[0]])
+                )
+    return hits
+
+
+def _ib_declared(node):
+    """IB is declared by the plan (the inventory's HCAs); the node's own env files only without a plan."""
+    if node.plan.get("env"):
+        env = node.plan["env"]
+        hca, disabled = env.get("NCCL_IB_HCA"), env.get("NCCL_IB_DISABLE") == "1"
+    else:
+        env = node.env
+        hca = env.get("NCCL_IB_HCA", (None,))[0]
+        disabled = env.get("NCCL_IB_DISABLE", ("0",))[0] == "1"
+    return bool(hca) and not disabled, hca
+
+
+def obs_ib_declared(cluster, params):
+    hits = []
+    for node in cluster.reachable_nodes():
+        declared, hca = _ib_declared(node)
+        if declared:
+            hits.append(make_hit(node, "env", f"NCCL_IB_HCA={hca} on {node.name}", hca=hca))
+    return hits
+
+
+def obs_ib_port_down(cluster, params):
+    hits = []
+    for node in cluster.reachable_nodes():
+        declared, hca = _ib_declared(node)
+        if not declared:
+            continue
+        if "present" not in node.ib:
+            continue  # ib_facts did not run or failed: nothing to compare
+        names = [name.split(":")[0] for name in hca.lstrip("=^").split(",") if name]
+        ports = node.ib.get("ports") or []
+        for name in names:
+            mine = [port for port in ports if port.get("ca") == name]
+            if not mine:
+                hits.append(make_hit(node, "ibstat", f"{name} is declared in NCCL_IB_HCA but ibstat does not show it",
+                                     hca=name, state="absent"))
+            for port in mine:
+                if port.get("state") != "Active":
+                    hits.append(
+                        make_hit(node, "ibstat",
+                                 f"{port.get('name')}: State {port.get('state')}, Physical state "
+                                 f"{port.get('physical_state')} (declared in NCCL_IB_HCA)",
+                                 hca=port.get("name"), state=port.get("state"))
+                    )
+    return hits
+
+
+def obs_memlock_limited(cluster, params):
+    minimum = params.get("min_bytes")
+    hits = []
+    for node in cluster.reachable_nodes():
+        declared, _ = _ib_declared(node)
+        if params.get("only_with_ib", True) and not declared:
+            continue
+        for unit in cluster.expected_units(node):
+            if not node.installed(unit):
+                continue
+            limit = node.unit(unit).get("LimitMEMLOCK")
+            if limit in (None, "", "infinity"):
+                continue
+            if limit.isdigit() and minimum is not None and int(limit) >= int(minimum):
+                continue
+            hits.append(make_hit(node, "systemctl", f"{unit}: LimitMEMLOCK={limit} (RDMA needs pinned memory)",
+                                 unit=unit, limit=limit))
+    return hits
+
+
+def obs_tp_across_nodes(cluster, params):
+    plan = cluster.plan
+    per_node = (plan.get("cluster") or {}).get("gpus_per_node")
+    if plan.get("tp") and per_node and plan["tp"] > per_node:
+        return [make_hit(None, "plan", f"TP={plan['tp']} spans nodes of {per_node} GPUs each "
+                         "(allow_tp_across_nodes): every layer's all-reduce crosses the network",
+                         tp=plan["tp"], gpus_per_node=per_node)]
+    return []

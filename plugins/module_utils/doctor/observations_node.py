@@ -1,0 +1,367 @@
+"""Observations of each node on its own: reachability, units, what holds its ports and GPUs, its software.
+
+The deployment's units (failed, stopped, missing), processes outside them that
+hold a plan port or a GPU, the runtime venv's versions across nodes, the model
+directory, the env files and the unit's command line against the plan,
+``/dev/shm``, the GPU facts (driver, fabric manager, GPU count) and env flags.
+Each ``obs_*`` function is named in ``observations.OBSERVATIONS``.
+
+Pure Python 3.11, no Ansible import.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
+    RAY_UNITS,
+    VLLM_UNIT,
+    make_hit,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_exec_start
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import history as plan_history
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import vllm_logs
+
+
+def _units_param(params, default):
+    units = params.get("units", default)
+    return [units] if isinstance(units, str) else list(units)
+
+
+def obs_node_unreachable(cluster, params):
+    return [
+        make_hit(node, "ansible", f"{node.name}: {node.error or 'unreachable over SSH'}")
+        for node in cluster.nodes
+        if not node.reachable
+    ]
+
+
+def obs_port_held_by_foreign_process(cluster, params):
+    hits = []
+    for node in cluster.reachable_nodes():
+        ports = cluster.ports_for(node)
+        by_port = {}
+        for sock in node.gather.get("listening") or []:
+            by_port.setdefault(sock["port"], []).append(sock)
+        for name, port in sorted(ports.items(), key=lambda item: item[1]):
+            for sock in by_port.get(port, []):
+                owners = [proc for proc in sock.get("processes", []) if proc.get("pid") not in node.deployment_pids]
+                ours = [proc for proc in sock.get("processes", []) if proc.get("pid") in node.deployment_pids]
+                if owners and not ours:
+                    proc = owners[0]
+                    hits.append(
+                        make_hit(
+                            node,
+                            "ss -ltnp",
+                            f"{sock['line']}  <- port {port} ({name}) held by {proc['name']} pid {proc['pid']}, "
+                            "outside the deployment's units",
+                            port=port, port_name=name, process=proc["name"], pid=proc["pid"],
+                        )
+                    )
+    return hits
+
+
+def obs_gpu_held_by_foreign_process(cluster, params):
+    hits = []
+    for node in cluster.reachable_nodes():
+        for proc in node.gpu.get("processes") or []:
+            pid = proc.get("pid")
+            if pid is None or pid in node.deployment_pids:
+                continue
+            memory = proc.get("used_memory_mib")
+            hits.append(
+                make_hit(
+                    node,
+                    "nvidia-smi",
+                    f"GPU{proc.get('gpu')}: pid {pid} ({proc.get('name')}) uses "
+                    f"{memory if memory is not None else '?'} MiB and belongs to no deployment unit",
+                    gpu=proc.get("gpu"), pid=pid, process=proc.get("name"), memory_mib=memory,
+                )
+            )
+    return hits
+
+
+def _unit_line(node, unit):
+    info = node.unit(unit)
+    state = f"{info.get('ActiveState', '?')} ({info.get('SubState', '?')})"
+    extra = []
+    if info.get("Result") not in (None, "", "success"):
+        extra.append(f"result {info.get('Result')}")
+    if info.get("ExecMainStatus") not in (None, "", "0"):
+        extra.append(f"exit status {info.get('ExecMainStatus')}")
+    if info.get("NRestarts") not in (None, "", "0"):
+        extra.append(f"{info.get('NRestarts')} restarts")
+    if info.get("UnitFileState"):
+        extra.append(info["UnitFileState"])
+    return f"systemctl: {unit} {state}" + (f", {', '.join(extra)}" if extra else "")
+
+
+def _last_error_line(lines, unit=None):
+    if unit == VLLM_UNIT:
+        errors = vllm_logs.parse_log("\n".join(lines)).get("errors") or []
+        if errors:
+            return errors[-1]["line"]
+    for line in reversed(lines):
+        text = line.strip()
+        if re.search(r"(Error|Exception|error:|FAILED|failed)", text) and not text.startswith("File "):
+            return text
+    return None
+
+
+def _stopped_on_request(node, unit):
+    """systemd logged a stop job for this invocation: someone (or something) stopped the unit.
+
+    Ray's `ray start --block` exits 1 on SIGTERM, so a stopped Ray unit ends "failed";
+    the stop job in its journal tells it from a crash.
+    """
+    return any(line.startswith(f"Stopping {unit}") for line in node.journal(unit))
+
+
+def obs_unit_failed(cluster, params):
+    wanted = _units_param(params, [VLLM_UNIT, *RAY_UNITS])
+    hits = []
+    for node in cluster.reachable_nodes():
+        for unit in cluster.expected_units(node):
+            if unit not in wanted or not node.installed(unit):
+                continue
+            info = node.unit(unit)
+            failing = (info.get("ActiveState") == "failed" and not _stopped_on_request(node, unit)) or (
+                info.get("ActiveState") == "activating" and info.get("SubState") == "auto-restart"
+            )
+            if failing:
+                last = _last_error_line(node.journal(unit), unit)
+                line = _unit_line(node, unit) + (f"; last error: {last}" if last else "")
+                hits.append(make_hit(node, "systemctl", line, unit=unit, last_error=last or "none logged"))
+    return hits
+
+
+def obs_unit_stopped(cluster, params):
+    wanted = _units_param(params, [VLLM_UNIT, *RAY_UNITS])
+    hits = []
+    for node in cluster.reachable_nodes():
+        for unit in cluster.expected_units(node):
+            if unit not in wanted or not node.installed(unit):
+                continue
+            info = node.unit(unit)
+            stopped = info.get("ActiveState") in ("inactive", "deactivating") and info.get("Result", "success") == "success"
+            if stopped or (info.get("ActiveState") == "failed" and _stopped_on_request(node, unit)):
+                line = _unit_line(node, unit)
+                stop = next((x for x in node.journal(unit) if x.startswith(f"Stopping {unit}")), None)
+                hits.append(make_hit(node, "systemctl", line + (f"; journal: {stop}" if stop else ""), unit=unit))
+    return hits
+
+
+def obs_unit_missing(cluster, params):
+    wanted = _units_param(params, [VLLM_UNIT, *RAY_UNITS])
+    hits = []
+    for node in cluster.reachable_nodes():
+        for unit in cluster.expected_units(node):
+            # Only systemd's own "not-found" counts: a node where systemctl cannot answer proves nothing.
+            if unit in wanted and node.unit(unit).get("LoadState") == "not-found":
+                hits.append(make_hit(node, "systemctl", f"systemctl: {unit} is not installed (LoadState=not-found)",
+                                     unit=unit))
+    return hits
+
+
+def obs_version_mismatch(cluster, params):
+    """A package (or Python) of the runtime venv differs between nodes."""
+    package = params.get("package", "ray")
+    versions = {}
+    for node in cluster.reachable_nodes():
+        venv = node.gather.get("venv") or {}
+        if not venv.get("exists"):
+            continue
+        value = venv.get("python_version") if package == "python" else (venv.get("packages") or {}).get(package)
+        if value:
+            versions[node.name] = value
+    if len(set(versions.values())) < 2:
+        return []
+    counts = {}
+    for value in versions.values():
+        counts[value] = counts.get(value, 0) + 1
+    majority = max(counts, key=lambda value: (counts[value], value))
+    summary = ", ".join(f"{name}={value}" for name, value in versions.items())
+    label = "Python" if package == "python" else package
+    return [
+        make_hit(
+            name,
+            "runtime venv",
+            f"{name}: {label} {value} in the runtime venv; the other nodes have {majority} ({summary})",
+            package=label, version=value, expected=majority, versions=summary,
+        )
+        for name, value in versions.items()
+        if value != majority
+    ]
+
+
+def obs_model_missing(cluster, params):
+    path = (cluster.plan.get("model") or {}).get("path")
+    hits = []
+    for node in cluster.reachable_nodes():
+        model = node.gather.get("model") or {}
+        node_path = model.get("path") or path
+        if not node_path or not str(node_path).startswith("/") or not node.runs_vllm:
+            continue
+        if not model:
+            continue
+        if not model.get("exists"):
+            hits.append(make_hit(node, "filesystem", f"{node_path}: no such file or directory on {node.name}",
+                                 path=node_path))
+        elif not model.get("config_json"):
+            hits.append(make_hit(node, "filesystem", f"{node_path} exists on {node.name} but has no config.json",
+                                 path=node_path))
+    return hits
+
+
+def obs_shm_small(cluster, params):
+    minimum = float(params.get("min_gib", 1.0)) * 1024**3
+    hits = []
+    for node in cluster.reachable_nodes():
+        shm = node.gather.get("shm") or {}
+        total = shm.get("total_bytes")
+        if total is None:
+            if shm.get("error"):
+                hits.append(make_hit(node, "/dev/shm", f"/dev/shm: {shm['error']}", size_gib=0))
+            continue
+        if total < minimum:
+            hits.append(
+                make_hit(node, "statvfs /dev/shm",
+                         f"/dev/shm is {total / 1024**3:.2f} GiB on {node.name}; at least {minimum / 1024**3:g} GiB expected",
+                         size_gib=round(total / 1024**3, 2))
+            )
+    return hits
+
+
+def obs_driver_mismatch(cluster, params):
+    versions = {
+        node.name: node.gpu.get("driver_version")
+        for node in cluster.reachable_nodes()
+        if node.gpu.get("present") and node.gpu.get("driver_version")
+    }
+    if len(set(versions.values())) < 2:
+        return []
+    summary = ", ".join(f"{name}={value}" for name, value in versions.items())
+    return [make_hit(name, "nvidia-smi", f"{name}: driver {value} ({summary})", driver=value, versions=summary)
+            for name, value in versions.items()]
+
+
+def obs_fabric_manager_not_ready(cluster, params):
+    hits = []
+    for node in cluster.reachable_nodes():
+        if not node.gpu.get("nvswitch"):
+            continue
+        state = node.gpu.get("fabric_state")
+        unit = node.unit("nvidia-fabricmanager.service")
+        if state not in (None, "Completed", "N/A"):
+            hits.append(make_hit(node, "nvidia-smi -q", f"GPU fabric state {state} (NVSwitch system; expected Completed)",
+                                 state=state))
+        elif unit and unit.get("LoadState") == "loaded" and unit.get("ActiveState") != "active":
+            hits.append(make_hit(node, "systemctl", _unit_line(node, "nvidia-fabricmanager.service"),
+                                 state=unit.get("ActiveState")))
+    return hits
+
+
+def obs_env_differs(cluster, params):
+    """The node's env files against the plan's env for that node (a hand edit, a stale file)."""
+    watched_extra = params.get("extra", ["NCCL_IB_HCA", "NCCL_P2P_DISABLE", "NCCL_NET", "NCCL_SOCKET_IFNAME",
+                                         "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "VLLM_HOST_IP"])
+    hits = []
+    for node in cluster.reachable_nodes():
+        planned = cluster.plan_env(node)
+        if not planned or not node.runs_vllm:
+            continue
+        env = node.env
+        differences = []
+        lines = []
+        for key in sorted(set(planned) | {k for k in watched_extra if k in env}):
+            want = planned.get(key)
+            have = env.get(key, (None,))[0]
+            if want is not None and have is None:
+                differences.append(f"{key} missing (plan: {want})")
+            elif have != want and have != "<redacted>":
+                differences.append(f"{key}={have} (plan: {want if want is not None else 'not set'})")
+                lines.append(f"{env[key][1]}:{env[key][2][0]}: {env[key][2][1].strip()}")
+        if differences:
+            hits.append(
+                make_hit(node, "env files", f"{node.name}: {'; '.join(differences)}"
+                         + (f" [{'; '.join(lines)}]" if lines else ""),
+                         differences="; ".join(differences))
+            )
+    return hits
+
+
+def _plan_argv_tail(node):
+    argv = node.plan.get("argv") or []
+    return argv[1:] if argv and argv[0] == "vllm" else argv
+
+
+def obs_unit_argv_differs(cluster, params):
+    hits = []
+    for node in cluster.reachable_nodes():
+        if not node.runs_vllm or not node.installed(VLLM_UNIT) or not node.plan.get("argv"):
+            continue
+        running = parse_exec_start(node.unit(VLLM_UNIT).get("ExecStart"))
+        if not running:
+            continue
+        planned = _plan_argv_tail(node)
+        tail = running[1:]
+        if tail == planned:
+            continue
+        differences = _argv_differences(planned, tail)
+        dropins = node.unit(VLLM_UNIT).get("DropInPaths") or ""
+        where = f" (drop-ins: {dropins})" if dropins else ""
+        hits.append(
+            make_hit(node, "systemctl show -p ExecStart",
+                     f"{VLLM_UNIT} runs {' '.join(running[1:])}; differs from the plan: {differences}{where}",
+                     differences=differences, dropins=dropins or "none")
+        )
+    return hits
+
+
+def _argv_differences(planned, running):
+    want, want_pos = plan_history.argv_flags(planned)
+    have, have_pos = plan_history.argv_flags(running)
+    parts = []
+    if want_pos != have_pos:
+        parts.append(f"arguments {' '.join(have_pos)} (plan: {' '.join(want_pos)})")
+    for key in sorted(set(want) | set(have)):
+        if want.get(key) != have.get(key):
+            have_text, want_text = plan_history.flag_text(have.get(key)), plan_history.flag_text(want.get(key))
+            parts.append(f"{key} {have_text} (plan: {want_text})")
+    return "; ".join(parts) or "order of arguments"
+
+
+def obs_env_flag(cluster, params):
+    """An env variable set to a value on a node: params name, value."""
+    name, wanted = params.get("name"), str(params.get("value", "1"))
+    hits = []
+    for node in cluster.reachable_nodes():
+        entry = node.env.get(name)
+        if entry and entry[0] == wanted:
+            value, path, (number, text) = entry
+            hits.append(make_hit(node, f"{path}:{number}", text.strip(), name=name, value=value))
+    return hits
+
+
+def obs_gpu_facts_failed(cluster, params):
+    """nvidia-smi failed on a node of a CUDA deployment (gpu_facts recorded its error)."""
+    if (cluster.plan.get("cluster") or {}).get("device", "cuda") != "cuda":
+        return []
+    return [
+        make_hit(node, "gpu_facts", node.gpu["error"], error=node.gpu["error"])
+        for node in cluster.reachable_nodes()
+        if node.gpu.get("error") and node.gpu["error"] not in ("skipped", "no result")
+    ]
+
+
+def obs_gpu_count_below_plan(cluster, params):
+    if (cluster.plan.get("cluster") or {}).get("device") != "cuda":
+        return []
+    hits = []
+    for node in cluster.reachable_nodes():
+        needed = len(node.plan.get("local_gpus") or [])
+        count = node.gpu.get("count")
+        if node.gpu and count is not None and needed and count < needed:
+            hits.append(make_hit(node, "nvidia-smi", f"{node.name} shows {count} GPU(s); the plan places {needed} ranks there",
+                                 count=count, needed=needed))
+    return hits

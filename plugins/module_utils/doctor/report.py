@@ -1,0 +1,96 @@
+"""The doctor's report, rendered: text lines for the terminal and ``results/<deployment>/doctor.md``.
+
+Both take the report ``diagnosis.diagnose`` returns; the findings come most
+likely cause first, with their evidence quoted, then what the last deploy
+changed on each node.
+
+Pure Python 3.11, no Ansible import.
+"""
+
+from __future__ import annotations
+
+MAX_EVIDENCE_PER_FINDING = 8
+
+
+def _change_lines(report):
+    lines = []
+    for entry in report.get("last_change") or []:
+        when = entry.get("current_modified") or "none"
+        lines.append(f"{entry['node']}: plan.previous.json ({entry.get('previous_modified')}) -> plan.json ({when})")
+        lines += [f"  {change}" for change in entry["changes"]]
+    return lines
+
+
+def render_report(report, evidence_lines=MAX_EVIDENCE_PER_FINDING):
+    """The report as text lines, most likely cause first, evidence quoted."""
+    lines = []
+    where = f"deployment {report.get('deployment') or '?'}"
+    if report.get("strategy"):
+        where += f" ({report['strategy']}, backend {report.get('backend')})"
+    lines.append(
+        f"vllm-cluster doctor: {where}, nodes {', '.join(report.get('nodes') or []) or 'none'}; "
+        f"{report['signatures_checked']} signatures checked"
+    )
+    changed = _change_lines(report)
+    if changed:
+        changed = ["", "What the last deploy changed (each node's plan.previous.json against its plan.json):"] + [
+            "  " + line for line in changed]
+    if not report["findings"]:
+        lines.append("No fault found: every signature was checked against every node's units, journals, ports, "
+                     "env files, NICs, Ray state and facts.")
+        return lines + changed
+    lines.append(f"{report['faults']} fault(s), {report['warnings']} warning(s); most likely cause first.")
+    for number, finding in enumerate(report["findings"], start=1):
+        lines.append("")
+        tag = finding["severity"].upper()
+        nodes = ", ".join(finding["nodes"]) or "cluster"
+        lines.append(f"{number}. [{tag}] {finding['title']}  ({finding['id']}; {finding['family']}; {nodes})")
+        if finding["explained_by"]:
+            lines.append(f"   consequence of: {', '.join(finding['explained_by'])}")
+        lines.append(f"   cause: {finding['cause']}")
+        lines.append("   evidence:")
+        shown = finding["evidence"][:evidence_lines]
+        for item in shown:
+            node = f"{item['node']} " if item["node"] else ""
+            lines.append(f"     {node}[{item['source']}] {item['line']}")
+        if len(finding["evidence"]) > len(shown):
+            lines.append(f"     ... {len(finding['evidence']) - len(shown)} more line(s) in doctor.json")
+        lines.append(f"   fix: {finding['fix']}")
+    return lines + changed
+
+
+def render_markdown(report):
+    """results/<deployment>/doctor.md."""
+    out = [f"# Doctor report: {report.get('deployment') or 'deployment'}", ""]
+    out.append(
+        f"{report['faults']} fault(s), {report['warnings']} warning(s), "
+        f"{report['signatures_checked']} signatures checked on {', '.join(report.get('nodes') or []) or 'no node'}."
+    )
+    changed = _change_lines(report)
+    if changed:
+        changed = ["", "## What the last deploy changed", "",
+                   "Each node's `plan.previous.json` against its `plan.json` (kept by vllm_service):", "", "```",
+                   *changed, "```"]
+    if not report["findings"]:
+        out += ["", "No fault found."]
+        return "\n".join(out + changed) + "\n"
+    out += ["", "| # | severity | finding | nodes | family |", "| --- | --- | --- | --- | --- |"]
+    for number, finding in enumerate(report["findings"], start=1):
+        out.append(
+            f"| {number} | {finding['severity']} | {finding['title']} (`{finding['id']}`) | "
+            f"{', '.join(finding['nodes']) or 'cluster'} | {finding['family']} |"
+        )
+    for number, finding in enumerate(report["findings"], start=1):
+        out += ["", f"## {number}. {finding['title']}", ""]
+        if finding["explained_by"]:
+            out += [f"Consequence of: {', '.join(finding['explained_by'])}.", ""]
+        out += [f"**Symptom.** {finding['symptom']}", "", f"**Cause.** {finding['cause']}", ""]
+        out += ["**Checks.**", ""] + [f"- {check}" for check in finding["checks"]] + [""]
+        out += ["**Evidence.**", "", "```"]
+        for item in finding["evidence"][: MAX_EVIDENCE_PER_FINDING * 2]:
+            node = f"{item['node']} " if item["node"] else ""
+            out.append(f"{node}[{item['source']}] {item['line']}")
+        out += ["```", "", f"**Fix.** {finding['fix']}"]
+        if finding["references"]:
+            out += ["", "References: " + "; ".join(finding["references"])]
+    return "\n".join(out + changed) + "\n"
