@@ -19,6 +19,7 @@ Pure Python 3.11, no Ansible import.
 
 from __future__ import annotations
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import VLLM_UNIT, Cluster
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_network import (
     SOCKET_IFNAME_VARS,
@@ -274,8 +275,9 @@ def check_ray_cluster(ctx):
     if not ctx.multi_node:
         return _item(NA, ["one node: no cluster to form"])
     nodes_with_ray = [node for node in ctx.cluster.reachable_nodes() if ctx.cluster.ray_argv(node)]
-    if ctx.plan.get("backend") != "ray" and not nodes_with_ray:
-        return _item(NA, ["backend mp: vLLM's native multi-node needs no Ray cluster"])
+    mode = launch.of_plan(ctx.plan)
+    if not mode.cluster_units and not nodes_with_ray:
+        return _item(NA, [f"backend {mode.name}: {mode.summary}; no Ray cluster"])
     head = ctx.cluster.head
     listed = ((head.gather.get("ray") if head else None) or {}).get("nodes")
     if not isinstance(listed, list):

@@ -12,11 +12,13 @@ Pure Python 3.11, no Ansible import.
 
 from __future__ import annotations
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_exec_start
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import flag_value
 
 VLLM_UNIT = "vllm.service"
-RAY_UNITS = ("ray-head.service", "ray-worker.service")
+# The units of the launch modes' own clusters (Ray's), installed by the plan or by hand (playbooks/ray.yml).
+RAY_UNITS = launch.CLUSTER_UNITS
 # Ports a deployment opens on its head only; every other plan port (Ray's per-node
 # ports) is opened on every node of a Ray cluster.
 HEAD_ONLY_PORTS = ("api", "master", "dp_rpc", "ray_gcs", "ray_dashboard", "ray_client")
@@ -147,10 +149,9 @@ class Cluster:
         units = []
         if node.runs_vllm:
             units.append(VLLM_UNIT)
-        ray_backend = self.plan.get("backend") == "ray"
+        planned = launch.of_plan(self.plan).cluster_units_on(0 if node is self.head else 1)
         for unit in RAY_UNITS:
-            planned = ray_backend and ((unit == "ray-head.service") == (node is self.head))
-            if planned or node.installed(unit):
+            if unit in planned or node.installed(unit):
                 units.append(unit)
         return units
 
@@ -167,9 +168,7 @@ class Cluster:
         for name, port in plan_ports.items():
             if name in ("ray_min_worker", "ray_max_worker") or not isinstance(port, int):
                 continue
-            if name.startswith("ray_") and not any(node.installed(u) for u in RAY_UNITS) and (
-                self.plan.get("backend") != "ray"
-            ):
+            if name not in launch.of_plan(self.plan).ports and not any(node.installed(u) for u in RAY_UNITS):
                 continue
             if name in HEAD_ONLY_PORTS and node is not self.head:
                 continue

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import VLLM_UNIT, make_hit
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.net import rule_ports, source_accepted
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import READY_PATTERNS
@@ -34,7 +35,8 @@ def obs_ray_node_not_alive(cluster, params):
     for node in cluster.nodes:
         argv = cluster.ray_argv(node) if node.reachable else []
         address = flag_value(argv, "--node-ip-address") or node.plan.get("address")
-        if not argv and not (cluster.plan.get("backend") == "ray" and node.plan):
+        planned = node.plan and launch.of_plan(cluster.plan).cluster_units_on(node.plan.get("node_rank", 1))
+        if not argv and not planned:
             continue
         if address and address not in alive:
             state = dead.get(address, {}).get("state", "absent")

@@ -17,6 +17,8 @@ DEFAULT = mp.MODE.name
 DEFAULT_PORTS = {"api": 8000}
 for _mode in MODES.values():
     DEFAULT_PORTS.update(_mode.default_ports)
+#: Every mode's own cluster units (the doctor looks for them on every node, whatever the plan).
+CLUSTER_UNITS = tuple(unit for _mode in MODES.values() for unit in _mode.cluster_units)
 
 
 class UnknownLaunchMode(ValueError):
