@@ -1,14 +1,22 @@
 """What the last deploy changed: a node's plan.previous.json against its plan.json, as doctor.yml reports it."""
 
+import base64
 import json
 import os
 import subprocess
 import sys
 
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_ops.cluster.plugins.filter.deployed_plan import deployed_plan
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.diagnosis import diagnose
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import evidence_from_registered
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.report import render_report
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.history import plan_changes, plan_summary
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.history import (
+    plan_changes,
+    plan_summary,
+    readback,
+)
 from test_doctor_lab_cases import CASES, CATALOG, CATALOG_FILE, CLI, REPO
 from test_facts_modules import ANSIBLE, MODULE_PYTHON
 from test_topology_check import lab_plan
@@ -120,3 +128,45 @@ def test_after_a_teardown_the_report_names_the_plan_that_ran_last():
         "vLLM was torn down (no plan.json); plan.previous.json is the plan that ran last: "
         "tp (mp) TP=2 PP=1 DP=1 EP=1 world_size=2"]
     assert "  node1: plan.previous.json (2026-11-30 12:00:00 UTC) -> plan.json (none)" in render_report(report)
+
+
+# --------------------------------------------------------------------------- the deployed plan, read back
+
+
+def test_the_deployed_plan_is_read_back_and_the_inventory_s_drift_named():
+    deployed, inventory = lab_plan({"tp": 2}), lab_plan({"tp": 1, "pp": 2})
+    result = readback({"node1": deployed, "node2": deployed, "node3": None}, inventory)
+    assert (result["source"], result["from"], result["plan"]) == ("deployed", "node1", deployed)
+    assert result["notes"] == ["judged against the plan the nodes run (tp (mp) TP=2 PP=1 DP=1 EP=1 world_size=2, "
+                               "plan.json of node1)"]
+    assert result["drift"][0] == ("the inventory now plans tp_pp (mp) TP=1 PP=2 DP=1 EP=1 world_size=2, "
+                                  "the nodes run tp (mp) TP=2 PP=1 DP=1 EP=1 world_size=2")
+    assert "node2 --tensor-parallel-size: 2 -> 1" in result["drift"]
+    # The inventory still plans what runs: no drift.
+    assert readback({"node1": deployed, "node2": deployed}, lab_plan({"tp": 2}))["drift"] == []
+
+
+def test_nodes_that_disagree_or_hold_no_plan_are_named_and_without_any_the_inventory_is_used():
+    tp2, pp2 = lab_plan({"tp": 2}), lab_plan({"tp": 1, "pp": 2})
+    split = readback({"node1": tp2, "node2": pp2}, tp2)
+    assert split["from"] == "node1" and split["plan"] == tp2  # node1 is the head of its own plan.json
+    assert split["notes"][1] == "the nodes hold 2 different plans: a deploy did not finish on every node"
+    assert any(note.startswith("node2 holds a plan of tp_pp (mp)") for note in split["notes"])
+    half = readback({"node1": tp2, "node2": None}, tp2)
+    assert half["notes"][-1] == "no plan.json on node2, a node of the deployed plan"
+    none = readback({"node1": None, "node2": {"not": "a plan"}}, tp2)
+    assert (none["source"], none["plan"], none["drift"]) == ("inventory", tp2, [])
+
+
+def test_the_filter_decodes_what_slurp_read_and_the_doctor_reports_it():
+    plan = lab_plan({"tp": 2})
+    content = base64.b64encode(json.dumps(plan).encode()).decode()
+    result = deployed_plan({"node1": content, "node2": content, "node3": None}, lab_plan({"tp": 1, "pp": 2}))
+    assert result["source"] == "deployed" and result["plan"] == plan
+    with pytest.raises(AnsibleFilterError, match="node2: /etc/vllm-cluster/plan.json is not a JSON plan"):
+        deployed_plan({"node2": base64.b64encode(b"{half").decode()}, plan)
+    report = diagnose(CATALOG, evidence_from_registered(plan, []))
+    report["plan_source"] = {key: value for key, value in result.items() if key != "plan"}
+    lines = render_report(report)
+    assert lines[1].startswith("plan: judged against the plan the nodes run")
+    assert "plan:   the inventory now plans tp_pp (mp)" in "\n".join(lines)

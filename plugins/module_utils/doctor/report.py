@@ -21,6 +21,17 @@ def _change_lines(report):
     return lines
 
 
+def _plan_lines(report):
+    """Where the plan came from (the nodes' plan.json or the inventory) and how the inventory's differs."""
+    source = report.get("plan_source") or {}
+    lines = list(source.get("notes") or [])
+    drift = source.get("drift") or []
+    if drift:
+        lines.append("the inventory's plan differs from the deployed one (deploy.yml would apply it):")
+        lines += [f"  {line}" for line in drift]
+    return lines
+
+
 def render_report(report, evidence_lines=MAX_EVIDENCE_PER_FINDING):
     """The report as text lines, most likely cause first, evidence quoted."""
     lines = []
@@ -31,6 +42,7 @@ def render_report(report, evidence_lines=MAX_EVIDENCE_PER_FINDING):
         f"vllm-cluster doctor: {where}, nodes {', '.join(report.get('nodes') or []) or 'none'}; "
         f"{report['signatures_checked']} signatures checked"
     )
+    lines += [f"plan: {line}" for line in _plan_lines(report)]
     changed = _change_lines(report)
     if changed:
         changed = ["", "What the last deploy changed (each node's plan.previous.json against its plan.json):"] + [
@@ -66,6 +78,9 @@ def render_markdown(report):
         f"{report['faults']} fault(s), {report['warnings']} warning(s), "
         f"{report['signatures_checked']} signatures checked on {', '.join(report.get('nodes') or []) or 'no node'}."
     )
+    planned = _plan_lines(report)
+    if planned:
+        out += ["", "## The plan", "", "```", *planned, "```"]
     changed = _change_lines(report)
     if changed:
         changed = ["", "## What the last deploy changed", "",

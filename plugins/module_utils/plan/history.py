@@ -10,6 +10,7 @@ environment. Secret-looking environment values are never shown.
 
 from __future__ import annotations
 
+import json
 import re
 
 SECRET = re.compile(r"(?i)(token|secret|password|passwd|key)")
@@ -66,9 +67,7 @@ def _dict_changes(label, before, after, redact=False):
     return changes
 
 
-def plan_changes(previous, current, host):
-    """Lines saying what differs from ``previous`` to ``current`` for ``host``; [] when nothing that runs did."""
-    previous, current = previous or {}, current or {}
+def _deployment_changes(previous, current):
     changes = []
     if layout_text(previous) != layout_text(current):
         changes.append(f"layout: {layout_text(previous)} -> {layout_text(current)}")
@@ -78,19 +77,28 @@ def plan_changes(previous, current, host):
     model = [(plan.get("model") or {}).get("path") for plan in (previous, current)]
     if model[0] != model[1]:
         changes.append(f"model: {flag_text(model[0])} -> {flag_text(model[1])}")
-    changes += _dict_changes("port ", previous.get("ports") or {}, current.get("ports") or {})
+    return changes + _dict_changes("port ", previous.get("ports") or {}, current.get("ports") or {})
+
+
+def _node_changes(previous, current, host):
     before, after = _node(previous, host), _node(current, host)
     if before is None or after is None:
         if before is not after:
-            changes.append(f"{host}: {'added to' if before is None else 'removed from'} the deployment")
-        return changes
+            return [f"{host}: {'added to' if before is None else 'removed from'} the deployment"]
+        return []
+    changes = []
     old_flags, old_args = argv_flags(before.get("argv") or [])
     new_flags, new_args = argv_flags(after.get("argv") or [])
     if old_args != new_args:
         changes.append(f"arguments: {' '.join(old_args) or 'none'} -> {' '.join(new_args) or 'none'}")
     changes += _dict_changes("", old_flags, new_flags)
-    changes += _dict_changes("env ", before.get("env") or {}, after.get("env") or {}, redact=True)
-    return changes
+    return changes + _dict_changes("env ", before.get("env") or {}, after.get("env") or {}, redact=True)
+
+
+def plan_changes(previous, current, host):
+    """Lines saying what differs from ``previous`` to ``current`` for ``host``; [] when nothing that runs did."""
+    previous, current = previous or {}, current or {}
+    return _deployment_changes(previous, current) + _node_changes(previous, current, host)
 
 
 def plan_summary(plan):
@@ -105,3 +113,62 @@ def plan_summary(plan):
         for node in plan.get("nodes") or [] if isinstance(node, dict)
     ]
     return summary
+
+
+# --------------------------------------------------------------------------- the deployed plan, read back
+
+
+def _plan_key(plan):
+    return json.dumps(plan, sort_keys=True, default=str)
+
+
+def _head_of(plan):
+    return next((node.get("host") for node in plan.get("nodes") or [] if node.get("node_rank") == 0), None)
+
+
+def drift(deployed, planned):
+    """How the inventory's plan differs from the deployed one, in lines; [] when it does not."""
+    if not deployed or not planned:
+        return []
+    lines = []
+    if layout_text(deployed) != layout_text(planned):
+        lines.append(f"the inventory now plans {layout_text(planned)}, the nodes run {layout_text(deployed)}")
+    lines += [change for change in _deployment_changes(deployed, planned) if not change.startswith("layout: ")]
+    hosts = [node.get("host") for node in deployed.get("nodes") or []]
+    hosts += [node.get("host") for node in planned.get("nodes") or [] if node.get("host") not in hosts]
+    for host in hosts:
+        lines += [change if change.startswith(f"{host}: ") else f"{host} {change}"
+                  for change in _node_changes(deployed, planned, host)]
+    return lines
+
+
+def readback(readings, inventory_plan):
+    """The plan to judge a running deployment by: what its nodes run (their plan.json), not a fresh plan.
+
+    readings: {host: the node's plan.json as a dict, or None where it has none}. Returns
+    {"plan", "source" ("deployed" or "inventory"), "from" (the host it was read on), "notes", "drift"}:
+    the head's plan when the nodes hold one (nodes that disagree are named), else the inventory's;
+    ``drift`` says how the inventory's plan differs from the deployed one.
+    """
+    found = {host: plan for host, plan in readings.items() if isinstance(plan, dict) and plan.get("nodes")}
+    if not found:
+        return {"plan": inventory_plan, "source": "inventory", "from": None, "drift": [],
+                "notes": ["no node holds /etc/vllm-cluster/plan.json: judged against the inventory's plan"]}
+    groups = {}
+    for host in sorted(found):
+        groups.setdefault(_plan_key(found[host]), []).append(host)
+    own_head = [host for host, plan in found.items() if _head_of(plan) == host]
+    source = own_head[0] if own_head else sorted(found)[0]
+    plan = found[source]
+    notes = [f"judged against the plan the nodes run ({layout_text(plan)}, plan.json of {source})"]
+    if len(groups) > 1:
+        for hosts in groups.values():
+            one = found[hosts[0]]
+            notes.append(f"{', '.join(hosts)} hold{'s' if len(hosts) == 1 else ''} a plan of {layout_text(one)} "
+                         f"on {', '.join(node.get('host') for node in one.get('nodes') or [])}")
+        notes.insert(1, f"the nodes hold {len(groups)} different plans: a deploy did not finish on every node")
+    missing = [node.get("host") for node in plan.get("nodes") or [] if node.get("host") not in found]
+    if missing:
+        notes.append(f"no plan.json on {', '.join(missing)}, a node of the deployed plan")
+    return {"plan": plan, "source": "deployed", "from": source, "notes": notes,
+            "drift": drift(plan, inventory_plan)}

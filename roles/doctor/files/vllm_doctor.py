@@ -63,6 +63,7 @@ def diagnose(args):
     with open(args.evidence, encoding="utf-8") as handle:
         data = json.load(handle)
     report = diagnosis.diagnose(catalog, evidence_from_registered(data.get("plan"), _hosts(data)))
+    report["plan_source"] = data.get("plan_source") or {}
     _write(args.markdown, render_markdown(report))
     _write(args.json, json.dumps(report, indent=2) + "\n")
     faults = [f for f in report["findings"] if f["severity"] == "fault"]
