@@ -13,6 +13,7 @@ wheelhouse) dominates its time.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -162,3 +163,42 @@ def test_unit_runs_hardened_as_the_service_user(cluster):
                      "Restart": "on-failure"}
     owners = cluster.ssh("node1", "ps -o user= -C raylet,gcs_server | sort -u").stdout.split()
     assert owners == ["vllm"]
+
+
+def test_deploy_s_launch_stage_brings_up_the_ray_plan_s_cluster_and_records_it(cluster, tmp_path):
+    # The lab's own plans are mp (vLLM's CPU platform refuses the Ray executor), so this plans the lab's
+    # nodes as CUDA nodes with backend ray: playbooks/launch.yml must run the ray mode's role (ray_cluster) on
+    # the plan's nodes only, record the ray stage there, and skip itself for an mp plan or a converged stage.
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
+
+    gpus = {"count": GPUS_PER_NODE, "name": "NVIDIA H200", "memory_total_mib": 143771, "nvlink": True}
+    nodes = [{"name": node, "address": cluster.fabric_address(node), "gpus": gpus} for node in cluster.nodes]
+    plan = build_plan("llama-3.1-8b", nodes, overrides={"backend": "ray", "tp": 2, "pp": 2})
+    assert [node["host"] for node in plan["nodes"]] == ["node1", "node2"]
+    extra = tmp_path / "launch.json"
+    extra.write_text(json.dumps({"vllm_cluster_plan": plan, "vllm_cluster_stage_digest": "launch-test",
+                                 "ray_cluster_object_store_memory": 500000000}))
+    stamp = "/etc/vllm-cluster/stages/ray.json"
+    try:
+        proc = cluster.ansible_playbook("playbooks/launch.yml", "-e", f"@{extra}", timeout=1800)
+        assert "Run the launch mode's bring-up role" in proc.stdout
+        alive = {n["address"] for n in ray_nodes(cluster) if n["state"] == "ALIVE"}
+        assert alive == {cluster.fabric_address("node1"), cluster.fabric_address("node2")}
+        for node in ("node1", "node2"):
+            written = json.loads(cluster.ssh(node, f"cat {stamp}").stdout)
+            unit = "ray-head.service" if node == "node1" else "ray-worker.service"
+            assert (written["stage"], written["digest"], list(written["evidence"]["units"])) == (
+                "ray", "launch-test", [unit])
+        assert cluster.ssh("node3", f"test -e {stamp}", check=False).returncode != 0
+        # A converged ray stage ends the play before the role; an mp plan has no launch stage at all.
+        skipped = json.loads(extra.read_text()) | {"vllm_cluster_stages_skipped": ["ray"]}
+        extra.write_text(json.dumps(skipped))
+        proc = cluster.ansible_playbook("playbooks/launch.yml", "-e", f"@{extra}", timeout=600)
+        assert "Run the launch mode's bring-up role" not in proc.stdout
+        proc = cluster.ansible_playbook("playbooks/plan.yml", "playbooks/launch.yml", timeout=600)
+        assert "Run the launch mode's bring-up role" not in proc.stdout
+    finally:
+        for node in cluster.nodes:
+            cluster.ssh(node, f"rm -f {stamp}", check=False)
+        cluster.ansible_playbook("playbooks/ray.yml", *LAB_RAY_VARS, timeout=1800)
+    wait_for_cluster(cluster, 600)
