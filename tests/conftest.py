@@ -12,6 +12,13 @@ collections_dir = str(REPO / "collections")
 if collections_dir not in sys.path:
     sys.path.insert(0, collections_dir)
 
+# The suite's rules (a skip or xfail fails the run; the lab modules' times): tests/suite_rules.py.
+from suite_rules import (  # noqa: E402, F401
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
+
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:

@@ -1,0 +1,36 @@
+"""The suite's own rules (tests/suite_rules.py) on a planted test run: a skip or an xfail fails it."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+REPO = TESTS.parent
+
+
+def run_pytest(tmp_path, body):
+    (tmp_path / "test_planted.py").write_text("import pytest\n\n" + body)
+    env = dict(os.environ, PYTHONPATH=str(TESTS))
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_rules", "-q", "-p", "no:cacheprovider",
+                           str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
+                          check=False)
+
+
+def test_a_skipped_test_fails_the_run_and_is_named(tmp_path):
+    result = run_pytest(tmp_path, "def test_ok():\n    assert 1\n\n"
+                                  "def test_owed():\n    pytest.skip('needs a GPU')\n")
+    assert result.returncode == 1, result.stdout
+    assert "skipped or xfailed tests fail this suite" in result.stdout
+    assert "test_planted.py::test_owed" in result.stdout and "needs a GPU" in result.stdout
+
+
+def test_an_xfail_fails_the_run_too(tmp_path):
+    result = run_pytest(tmp_path, "@pytest.mark.xfail(reason='known bug')\ndef test_bug():\n    assert 0\n")
+    assert result.returncode == 1 and "known bug" in result.stdout, result.stdout
+
+
+def test_a_clean_run_passes(tmp_path):
+    result = run_pytest(tmp_path, "def test_ok():\n    assert 1\n")
+    assert result.returncode == 0, result.stdout
+    assert "skipped or xfailed" not in result.stdout
