@@ -71,6 +71,12 @@ def table(output: str) -> list[str]:
     return message
 
 
+def stage_summary(output: str) -> str:
+    """What converged.yml printed: which stages run and why (the reasons of the first that runs)."""
+    start = output.find("TASK [Print what runs and why]")
+    return output[start: output.find("TASK [", start + 10)] if start >= 0 else "no stage summary in the output"
+
+
 def row(lines: list[str], node: str, check: str) -> list[str]:
     """Cells of the table row (node, check): [expected, found, result] split on runs of 2+ spaces."""
     for line in lines:
@@ -149,7 +155,7 @@ def test_a_second_run_changes_nothing(lab, first_deploy):
     assert set(counts) >= {"node1", "node2", "node3", "localhost"}
     assert {host: c["changed"] for host, c in counts.items()} == {host: 0 for host in counts}, result.stdout[-3000:]
     # The fast path: every stage holds on every node, and vLLM still runs the processes verify saw.
-    assert "nothing to do: every stage holds on every node" in result.stdout
+    assert "nothing to do: every stage holds on every node" in result.stdout, stage_summary(result.stdout)
     assert "vLLM runs the processes verified at " in result.stdout
     full = lab.ansible_playbook("deploy.yml", "-e", "vllm_cluster_full_run=true", timeout=1200)
     assert {host: c["changed"] for host, c in recap(full.stdout).items()} == {host: 0 for host in counts}
