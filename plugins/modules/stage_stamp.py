@@ -59,7 +59,7 @@ notes:
   - V(check) only reads and runs the same in check mode; V(record) and V(absent) report what they
     would change in check mode and write nothing.
   - A record that differs only in its time is not rewritten, so a converged re-run stays changed=0.
-  - Stamps are root-only (directory 0700, files 0600): the digest covers the inventory's variables.
+  - Stamps are root-only (directory 0700, files 0600), since the digest covers the inventory's variables.
 attributes:
   check_mode:
     support: full
