@@ -27,7 +27,7 @@ def stages_to_run(checks, forced_by="", tags=None, stages=None):
     by_host = {host: {stage: entry.get("reasons", ["not checked"]) for stage, entry in (result or {}).items()}
                for host, result in checks.items()}
     decision = stage_stamp.stages_to_run(by_host, stages=tuple(stages or stage_stamp.STAGES), force=bool(forced_by),
-                                           tags=tags)
+                                         tags=tags)
     verified_at = {host: (result or {}).get("verify", {}).get("recorded_at") for host, result in checks.items()}
     decision["summary"] = stage_stamp.summary(decision, forced_by, {h: t for h, t in verified_at.items() if t})
     return decision

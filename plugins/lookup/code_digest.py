@@ -4,7 +4,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: code_digest
-author: vllm-cluster developers
+author: vllm-cluster developers (@vllm-ops)
 version_added: "0.4.0"
 short_description: sha256 over vllm-cluster's playbooks, roles and plugins
 description:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: results_dir
-author: vllm-cluster developers
+author: vllm-cluster developers (@vllm-ops)
 version_added: "0.6.0"
 short_description: The controller's results directory (plan.json, benchmark stages, the doctor's report)
 description:

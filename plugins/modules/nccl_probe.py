@@ -124,8 +124,17 @@ options:
     description: Fail the task on a warn verdict too.
     type: bool
     default: false
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author:
-  - vllm-cluster maintainers
+  - vllm-cluster developers (@vllm-ops)
 """
 
 EXAMPLES = r"""

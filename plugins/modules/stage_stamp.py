@@ -60,11 +60,17 @@ notes:
     would change in check mode and write nothing.
   - A record that differs only in its time is not rewritten, so a converged re-run stays changed=0.
   - Stamps are root-only (directory 0700, files 0600), since the digest covers the inventory's variables.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author:
-  - vllm-cluster developers
+  - vllm-cluster developers (@vllm-ops)
 """
 
 EXAMPLES = r"""
