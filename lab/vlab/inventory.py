@@ -57,7 +57,10 @@ def write(spec: LabSpec) -> Path:
               "        ansible_user: root",
               f"        ansible_ssh_private_key_file: {ssh_key(spec)}",
               f'        ansible_ssh_common_args: "{_ssh_common_args()}"',
-              "        ansible_python_interpreter: /usr/bin/python3"]
+              "        ansible_python_interpreter: /usr/bin/python3",
+              # The checkout the lab came from: its .cache/ holds the lab's model (inventories/lab/group_vars),
+              # wherever the playbooks run from (a checkout, or a collection installed elsewhere).
+              f"        lab_repository: {REPO}"]
     write_atomic(inventory / "hosts.yml", "\n".join(hosts) + "\n")
     host_vars = inventory / "host_vars"
     for k, node in enumerate(spec.node_names, start=1):

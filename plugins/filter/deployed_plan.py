@@ -4,7 +4,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: deployed_plan
-author: vllm-cluster developers
+author: vllm-cluster developers (@vllm-ops)
 version_added: "0.5.0"
 short_description: The plan a running deployment is judged by - what its nodes run - and how the inventory's differs
 description:

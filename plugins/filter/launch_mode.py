@@ -4,7 +4,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: launch_mode
-author: vllm-cluster developers
+author: vllm-cluster developers (@vllm-ops)
 version_added: "0.5.0"
 short_description: What the plan's launch mode (mp, ray) tells the roles
 description:

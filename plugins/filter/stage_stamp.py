@@ -1,49 +1,14 @@
-"""Filters for deploy.yml's fast path: a node's input digest and the stages to run."""
+"""Filters for deploy.yml's fast path: a node's input digest and the stages to run.
+
+One file, four filters: each one's documentation is the .yml of its name beside this file
+(stage_inputs_digest.yml, stages_to_run.yml, deploy_stages.yml, deploy_stage.yml), since ansible-doc
+would show a DOCUMENTATION here for all four.
+"""
 
 from __future__ import annotations
 
-DOCUMENTATION = r"""
-name: stage_inputs_digest
-author: vllm-cluster developers
-version_added: "0.4.0"
-short_description: One digest of what a deploy.yml run asks of a node
-description:
-  - Thin shell over C(plugins/module_utils/deploy/stage_stamp.py). sha256 over the plan, the node's
-    project variables and vllm-cluster's code digest (lookup C(vllm_ops.cluster.code_digest)).
-  - The same file provides C(stages_to_run) - from every node's C(stage_stamp) check, the stages
-    deploy.yml skips (converged on every node, and every stage before them) and the ones it runs,
-    with each node's reasons.
-options:
-  _input:
-    description: The plan (C(vllm_cluster_plan)).
-    type: dict
-    required: true
-  variables:
-    description: The node's project variables, name to value.
-    type: dict
-    required: true
-  code:
-    description: vllm-cluster's code digest.
-    type: str
-    required: true
-"""
-
-EXAMPLES = r"""
-- name: The node's digest
-  ansible.builtin.set_fact:
-    vllm_cluster_stage_digest: >-
-      {{ vllm_cluster_plan | vllm_ops.cluster.stage_inputs_digest({'vllm_cluster_model': 'tiny'},
-         lookup('vllm_ops.cluster.code_digest')) }}
-"""
-
-RETURN = r"""
-_value:
-  description: A sha256 hex digest.
-  type: str
-"""
-
-from ansible.errors import AnsibleFilterError  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import stage_stamp, stages  # noqa: E402
+from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import stage_stamp, stages
 
 
 def stage_inputs_digest(plan, variables, code):
@@ -62,7 +27,7 @@ def stages_to_run(checks, forced_by="", tags=None, stages=None):
     by_host = {host: {stage: entry.get("reasons", ["not checked"]) for stage, entry in (result or {}).items()}
                for host, result in checks.items()}
     decision = stage_stamp.stages_to_run(by_host, stages=tuple(stages or stage_stamp.STAGES), force=bool(forced_by),
-                                           tags=tags)
+                                         tags=tags)
     verified_at = {host: (result or {}).get("verify", {}).get("recorded_at") for host, result in checks.items()}
     decision["summary"] = stage_stamp.summary(decision, forced_by, {h: t for h, t in verified_at.items() if t})
     return decision

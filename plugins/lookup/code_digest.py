@@ -4,12 +4,13 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: code_digest
-author: vllm-cluster developers
+author: vllm-cluster developers (@vllm-ops)
 version_added: "0.4.0"
-short_description: sha256 over vllm-cluster's deploy.yml, playbooks, roles and plugins
+short_description: sha256 over vllm-cluster's playbooks, roles and plugins
 description:
   - Part of deploy.yml's input digest (C(stage_inputs_digest)), so a new vllm-cluster version
-    runs every stage again. Computed once per run on the controller.
+    runs every stage again. Computed once per run on the controller, over the collection the lookup
+    belongs to (a checkout and the collection built from it have the same digest).
 """
 
 EXAMPLES = r"""

@@ -25,13 +25,20 @@ options:
     default: /
 notes:
   - Only reads; check mode reports the same facts.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
 attributes:
   check_mode:
     support: full
+  diff_mode:
+    support: none
   facts:
     support: full
+  platform:
+    platforms: posix
 author:
-  - vllm-cluster developers
+  - vllm-cluster developers (@vllm-ops)
 """
 
 EXAMPLES = r"""

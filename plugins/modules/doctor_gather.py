@@ -86,11 +86,17 @@ options:
 notes:
   - Only reads; check mode runs the same reads and returns the same evidence.
   - Needs root (or become) to see every process in C(ss -p), the firewall rules and other users' units.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author:
-  - vllm-cluster developers
+  - vllm-cluster developers (@vllm-ops)
 """
 
 EXAMPLES = r"""

@@ -52,13 +52,20 @@ options:
     default: ['/dev/nvidia[0-9]*', '/proc/driver/nvidia/gpus/*']
 notes:
   - Only reads; check mode runs the same queries and reports the same facts.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
 attributes:
   check_mode:
     support: full
+  diff_mode:
+    support: none
   facts:
     support: full
+  platform:
+    platforms: posix
 author:
-  - vllm-cluster developers
+  - vllm-cluster developers (@vllm-ops)
 """
 
 EXAMPLES = r"""

@@ -33,11 +33,17 @@ options:
     type: list
     elements: str
     default: []
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author:
-  - vllm-cluster developers
+  - vllm-cluster developers (@vllm-ops)
 """
 
 EXAMPLES = r"""

@@ -51,13 +51,20 @@ notes:
   - On a host that has infiniband-diags installed but no adapter, ibstat fails
     (C(ibpanic ... can't list IB device names)) and so does this module; skip it
     there or remove the package.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
 attributes:
   check_mode:
     support: full
+  diff_mode:
+    support: none
   facts:
     support: full
+  platform:
+    platforms: posix
 author:
-  - vllm-cluster developers
+  - vllm-cluster developers (@vllm-ops)
 """
 
 EXAMPLES = r"""

@@ -60,13 +60,17 @@ options:
       diff: {description: Show the content change in C(--diff) output., type: bool, default: true}
 notes:
   - In check mode nothing is written; the result says what would change.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: full
+  platform:
+    platforms: posix
 author:
-  - vllm-cluster developers
+  - vllm-cluster developers (@vllm-ops)
 """
 
 EXAMPLES = r"""

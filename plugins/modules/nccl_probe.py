@@ -23,7 +23,7 @@ description:
   - The probe changes nothing on the host (no clock, power, MIG or persistence setting); it keeps
     C(NCCL_NVLS_ENABLE=0) unless O(env) or the environment sets it. It runs in check mode too,
     since it only measures, and always reports C(changed=false).
-  - It needs the GPUs it measures: run it before vLLM starts or while it is stopped.
+  - It needs the GPUs it measures; run it before vLLM starts or while it is stopped.
 options:
   python:
     description: Interpreter with PyTorch (and NCCL for O(backend=nccl)).
@@ -124,8 +124,17 @@ options:
     description: Fail the task on a warn verdict too.
     type: bool
     default: false
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author:
-  - vllm-cluster maintainers
+  - vllm-cluster developers (@vllm-ops)
 """
 
 EXAMPLES = r"""

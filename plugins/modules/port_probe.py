@@ -80,11 +80,17 @@ notes:
   - Needs only the Python standard library on the node.
   - The listener's command line is C(python3 -c ... vllm-cluster-port-probe RUN_ID CONFIG), which is how
     V(stop) finds it (C(pgrep -f vllm-cluster-port-probe) shows it too).
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author:
-  - vllm-cluster developers
+  - vllm-cluster developers (@vllm-ops)
 """
 
 EXAMPLES = r"""

@@ -16,7 +16,7 @@ description:
     absent are present, and optionally the NCCL version torch was built with.
   - The vllm_runtime role calls it before installing (so that a converged node
     installs nothing) and after (to set C(vllm_runtime_versions)).
-  - A missing interpreter is not a failure: C(exists) is false.
+  - A missing interpreter is not a failure (C(exists) is false).
   - Fails, naming the host, the interpreter and its error, when the interpreter
     exists but the probe cannot run.
 options:
@@ -56,11 +56,17 @@ options:
     default: 300
 notes:
   - Only reads; check mode runs the same probe.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author:
-  - vllm-cluster developers
+  - vllm-cluster developers (@vllm-ops)
 """
 
 EXAMPLES = r"""

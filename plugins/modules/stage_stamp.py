@@ -59,12 +59,18 @@ notes:
   - V(check) only reads and runs the same in check mode; V(record) and V(absent) report what they
     would change in check mode and write nothing.
   - A record that differs only in its time is not rewritten, so a converged re-run stays changed=0.
-  - Stamps are root-only (directory 0700, files 0600): the digest covers the inventory's variables.
+  - Stamps are root-only (directory 0700, files 0600), since the digest covers the inventory's variables.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 author:
-  - vllm-cluster developers
+  - vllm-cluster developers (@vllm-ops)
 """
 
 EXAMPLES = r"""

@@ -92,13 +92,20 @@ options:
     default: 0.10
 notes:
   - Only reads; check mode reads the same journal and reports the same facts.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
 attributes:
   check_mode:
     support: full
+  diff_mode:
+    support: none
   facts:
     support: full
+  platform:
+    platforms: posix
 author:
-  - vllm-cluster developers
+  - vllm-cluster developers (@vllm-ops)
 """
 
 EXAMPLES = r"""

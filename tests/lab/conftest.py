@@ -209,8 +209,8 @@ def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
 
 # The lab modules' order in a run: the own-lab modules first, then the shared lab's
 # users, from the module that installs and deploys to Molecule, whose destroy ends it.
-MODULE_ORDER = ("test_lab.py", "test_faults_preflight_network.py", "test_deploy.py", "test_benchmark.py",
-                "test_doctor.py", "test_hardening.py", "test_runtime_ray.py", "test_molecule.py")
+MODULE_ORDER = ("test_lab.py", "test_faults_preflight_network.py", "test_deploy.py", "test_collection.py",
+                "test_benchmark.py", "test_doctor.py", "test_hardening.py", "test_runtime_ray.py", "test_molecule.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

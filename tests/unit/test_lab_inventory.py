@@ -37,6 +37,8 @@ def test_up_writes_hosts_and_an_owner_only_api_key(lab):
     inventory.write(lab)
     hosts = (lab.inventory / "hosts.yml").read_text()
     assert "node1:" in hosts and "node2:" in hosts and "node3:" not in hosts
+    # inventories/lab/group_vars finds the lab's model through it, wherever the playbooks are installed.
+    assert f"        lab_repository: {inventory.REPO}\n" in hosts
     key = inventory.api_key_path(lab.inventory)
     assert key.stat().st_mode & 0o777 == 0o600
     first = key.read_text()

@@ -26,7 +26,7 @@ SEED = {
 }
 
 
-def play(inventory, *extra):
+def play(inventory, *extra, cwd=REPO):
     env = dict(
         os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"
     )
@@ -35,7 +35,7 @@ def play(inventory, *extra):
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=REPO,
+        cwd=cwd,
         env=env,
         check=False,
     )
@@ -132,6 +132,20 @@ def test_plan_playbook_writes_plan_json_when_asked():
         shutil.rmtree(results, ignore_errors=True)
         if (REPO / "results").is_dir() and not any((REPO / "results").iterdir()):
             (REPO / "results").rmdir()
+
+
+def test_plan_json_goes_to_the_working_directory_or_vllm_cluster_results_dir(tmp_path):
+    """Not beside the playbook: an installed collection is shared code (lookup vllm_ops.cluster.results_dir)."""
+    deployment = f"pytest-cwd-{os.getpid()}"
+    ask = ["-e", "vllm_cluster_plan_output=true", "-e", f"vllm_cluster_deployment={deployment}"]
+    result, _ = play(EXAMPLES / "tp-70b-4xa100", *ask, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert json.loads((tmp_path / "results" / deployment / "plan.json").read_text())["deployment"] == deployment
+    assert not (REPO / "results" / deployment).exists()
+    result, _ = play(EXAMPLES / "tp-70b-4xa100", *ask, "-e", "vllm_cluster_results_dir=out/plans", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert (tmp_path / "out" / "plans" / deployment / "plan.json").is_file()
+    assert not (REPO / "results" / deployment).exists()
 
 
 def test_plan_playbook_fails_with_the_planners_message(tmp_path):

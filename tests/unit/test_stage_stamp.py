@@ -133,7 +133,12 @@ def test_the_input_digest_follows_the_plan_the_variables_and_the_code(tmp_path):
     (tmp_path / "plugins/__pycache__/x.pyc").write_bytes(b"\0")
     assert stamps.code_digest(tmp_path) == code
     (tmp_path / "roles/r/tasks/main.yml").write_text("---\n- name: new\n")
-    assert stamps.code_digest(tmp_path) != code
+    changed = stamps.code_digest(tmp_path)
+    assert changed != code
+    # A checkout's deploy.yml does not ship: the collection built from the checkout has the same digest.
+    (tmp_path / "deploy.yml").write_text("---\n- name: a checkout's entry point only\n")
+    (tmp_path / "MANIFEST.json").write_text("{}\n")
+    assert stamps.code_digest(tmp_path) == changed
     assert stamps.code_digest(REPO) == stamps.code_digest(REPO)
 
 

@@ -44,8 +44,19 @@ def test_every_plan_runs_the_fixed_stages_and_its_launch_modes_own():
     assert deploy_stage("ray") == rows[4] and deploy_stage("verify", plan_of("mp"))["role"] == "vllm_verify"
 
 
+def test_a_checkouts_deploy_yml_is_the_collections_playbook():
+    # `ansible-playbook deploy.yml` from a checkout, `ansible-playbook vllm_ops.cluster.deploy` from an
+    # installed collection (whose playbooks live in playbooks/): one list of imports, in playbooks/deploy.yml.
+    (entry,) = load("deploy.yml")
+    assert entry["ansible.builtin.import_playbook"] == "playbooks/deploy.yml" and set(entry) == {
+        "name", "ansible.builtin.import_playbook"}, entry
+
+
 def test_deploy_yml_imports_the_table_in_order_each_under_its_tag():
-    imports = [(entry["ansible.builtin.import_playbook"], entry["tags"]) for entry in load("deploy.yml")]
+    # Imports are relative to playbooks/deploy.yml's directory; the table names paths from the collection's root.
+    entries = load("playbooks/deploy.yml")
+    assert all((REPO / "playbooks" / entry["ansible.builtin.import_playbook"]).is_file() for entry in entries)
+    imports = [("playbooks/" + entry["ansible.builtin.import_playbook"], entry["tags"]) for entry in entries]
     assert imports[:2] == [("playbooks/plan.yml", ["plan", "always"]), ("playbooks/converged.yml", ["plan", "always"])]
     expected = []
     for stage in stages.STAGES:

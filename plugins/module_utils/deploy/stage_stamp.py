@@ -27,7 +27,9 @@ STAMP_DIR = "/etc/vllm-cluster/stages"
 FORMAT = 1
 # Files up to this size are hashed; larger ones (model weights) are fingerprinted by size and mtime.
 HASH_LIMIT = 4 * 1024 * 1024
-CODE_PARTS = ("deploy.yml", "playbooks", "roles", "plugins")
+# What the code digest covers: the same files in a checkout and in the collection built from it (a
+# checkout's deploy.yml only imports playbooks/deploy.yml and does not ship).
+CODE_PARTS = ("playbooks", "roles", "plugins")
 
 
 class StampError(Exception):

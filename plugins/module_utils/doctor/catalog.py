@@ -187,4 +187,3 @@ def load_catalog_file(path):
 
     with open(path, encoding="utf-8") as handle:
         return load_catalog(yaml.safe_load(handle))
-

@@ -292,4 +292,3 @@ def parse_nccl_debug(text: str, p2p_over_nvlink: bool | None = None, max_evidenc
         "notes": notes,
         "evidence": evidence,
     }
-

@@ -386,8 +386,8 @@ def check(plan, observed, gpus=None, memory_tolerance=gpu_balance.DEFAULT_MEMORY
         state = unit.get("active_state") or "unknown"
         if unit.get("load_state") == "not-found":
             state = "no vllm unit"
-        rows.add(host, "unit (not in plan)", "no vllm unit running", state, state not in ("active", "activating",
-                                                                                           "reloading"))
+        rows.add(host, "unit (not in plan)", "no vllm unit running", state,
+                 state not in ("active", "activating", "reloading"))
 
     mismatches = [row for row in rows.rows if not row["ok"]]
     return {
