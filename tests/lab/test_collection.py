@@ -44,13 +44,18 @@ def installed(tmp_path_factory, tiny_model) -> dict:
                            capture_output=True, text=True, timeout=300, check=False)
     assert build.returncode == 0, build.stdout + build.stderr
     (artifact,) = (root / "dist").glob("vllm_ops-cluster-*.tar.gz")
+    # A user's configuration, not the checkout's: scripts/test exports ANSIBLE_CONFIG, whose collections_path
+    # holds this very collection, and ansible-galaxy then finds it installed and installs nothing.
+    (root / "ansible.cfg").write_text("[defaults]\n")
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ANSIBLE_", "PYTHONPATH"))}
+    env.update(ANSIBLE_CONFIG=str(root / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(root / "collections"))
     install = subprocess.run([galaxy, "collection", "install", str(artifact), "-p", str(root / "collections")],
-                             capture_output=True, text=True, timeout=300, check=False, cwd=root)
+                             capture_output=True, text=True, timeout=300, check=False, cwd=root, env=env)
     assert install.returncode == 0, install.stdout + install.stderr
     collection = root / "collections" / "ansible_collections" / "vllm_ops" / "cluster"
+    assert (collection / "MANIFEST.json").is_file(), f"nothing installed into {collection}:\n{install.stdout}"
     (root / "links").mkdir()
     (root / "links" / "vllm-cluster").symlink_to(collection / "bin" / "vllm-cluster")
-    (root / "ansible.cfg").write_text("[defaults]\n")
     (root / "work").mkdir()
     return {"root": root, "collection": collection, "work": root / "work", "model": tiny_model}
 
