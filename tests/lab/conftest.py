@@ -182,11 +182,37 @@ def _check_host() -> None:
         pytest.fail(f"the lab tests need {', '.join(missing)}: run scripts/bootstrap")
 
 
+def claim_from_another_checkout(lab: Lab) -> None:
+    """A lab of this name recorded by another checkout (its inventory outside this repository) is not ours.
+
+    The lab registry (/var/lib/vllm-cluster-lab) is per machine and the test labs' names are
+    the same in every checkout, so a run in a fresh clone finds the record that an earlier run
+    elsewhere left (a killed run, or a kept lab) and `lab up` would boot that lab with the other
+    checkout's inventory, keys and model path. Stale (no node running) or in CI: take it down and
+    start clean. Live outside CI: another engineer's lab, so fail and say how to run side by side.
+    """
+    status = lab.status()
+    if not status.get("up"):
+        return
+    inventory = Path(status["spec"]["inventory_dir"])
+    if inventory.resolve().is_relative_to(REPO):
+        return
+    running = [n["node"] for n in status["nodes"] if n.get("supervisor_pid")]
+    if running and not os.environ.get("CI"):
+        pytest.fail(f"lab {lab.name} is up from another checkout (inventory {inventory}; running: "
+                    f"{', '.join(running)}): bring it down there (`lab/lab down --name {lab.name}`) or give this "
+                    "run other lab names (VLLM_CLUSTER_SHARED_LAB, LAB_NAME)")
+    print(f"lab {lab.name}: recorded by another checkout (inventory {inventory}, nodes running: "
+          f"{', '.join(running) or 'none'}); taking it down to start clean", file=sys.stderr)
+    lab.down()
+
+
 @contextlib.contextmanager
 def lab_session(name: str, nodes: int = 3) -> Iterator[Lab]:
     """Bring lab `name` up with `nodes` nodes; always bring it down; fail on leftovers."""
     _check_host()
     lab = Lab(name, nodes)
+    claim_from_another_checkout(lab)
     try:
         lab.up()
         yield lab

@@ -212,6 +212,24 @@ def test_a_second_lab_runs_beside_the_first_and_apart_from_it(lab, make_lab):
     assert lab.status()["healthy"] is True
 
 
+def test_a_stale_lab_of_another_checkout_is_replaced_not_reused(make_lab, tmp_path):
+    # What CI met: a lab of the same name recorded by a run in another clone, its nodes dead.
+    lab_cli = [str(REPO / "lab" / "lab")]
+    elsewhere = tmp_path / "other-checkout" / ".cache" / "labs" / "tlab3" / "inventory"
+    try:
+        subprocess.run([*lab_cli, "up", "--name", "tlab3", "--nodes", "1", "--inventory", str(elsewhere)],
+                       capture_output=True, text=True, timeout=900, check=True)
+        subprocess.run([*lab_cli, "node", "node1", "poweroff", "--name", "tlab3"],
+                       capture_output=True, text=True, timeout=300, check=True)
+        with make_lab("tlab3", 1) as ours:
+            assert ours.inventory.resolve().is_relative_to(REPO), ours.inventory
+            assert not (elsewhere / "hosts.yml").exists(), "the other checkout's lab was reused, not replaced"
+            assert ours.ssh("node1", "hostname").stdout.strip() == "node1"
+    finally:
+        subprocess.run([*lab_cli, "down", "--name", "tlab3"], capture_output=True, text=True, timeout=300,
+                       check=False)
+
+
 def test_down_leaves_nothing_behind(lab):
     inventory = lab.inventory
     state = Path("/var/lib/vllm-cluster-lab") / lab.name
