@@ -2,6 +2,7 @@
 """Does the plan fit the real GPUs? Plan on live facts, then hold the plan's bytes on every GPU.
 
     python3 bench/gpu/plan_fit.py --out OUT_DIR [--model llama-3.1-70b] [--max-model-len 32768] [--gpus N]
+        [--activation-tokens 2048,8192,16384] [--activation-layers N] [--activation-tp N] [--sampled-positions N]
 
 On a host with NVIDIA GPUs and PyTorch (no vLLM needed):
 1. the live facts: `nvidia-smi -q -x`, `topo -m`, `nvlink -s`, parsed by
@@ -13,7 +14,12 @@ On a host with NVIDIA GPUs and PyTorch (no vLLM needed):
    then the plan's per-GPU budget (weights + KV cache, plus the planner's reserve
    estimate) allocated for real with torch.empty, then released. The budget must
    fit the free memory and must stay within gpu_memory_utilization x total, as
-   vLLM enforces at start-up.
+   vLLM enforces at start-up. Skipped (and said so) when the plan needs more GPUs
+   than the host has;
+4. the part that can fail: the activation peak of vLLM's profiling forward pass,
+   measured on GPU 0 for the plan's architecture as one TP rank holds it
+   (activation_peak.py), against the planner's estimate (memory.inputs.reserve_gib
+   .activations_gib). The exit status is 1 when the estimate is below the peak.
 It changes no GPU setting. Writes OUT_DIR/plan_fit.json and the captures.
 """
 from __future__ import annotations
@@ -34,6 +40,10 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_
     parse_topo_matrix,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.memory import PROFILE_TOKENS  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import activation_peak  # noqa: E402
 
 GIB = 1024**3
 MIB = 1024**2
@@ -52,6 +62,13 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="llama-3.1-70b")
     parser.add_argument("--max-model-len", type=int, default=32768)
     parser.add_argument("--gpus", type=int, default=0, help="GPUs of the node to plan on (default: all)")
+    parser.add_argument("--activation-tokens", default=str(PROFILE_TOKENS),
+                        help="token counts of the profiling pass, comma-separated; 'none' skips the measurement")
+    parser.add_argument("--activation-layers", type=int, default=0,
+                        help="decoder layers to build (default: all when the weights fit, else a few)")
+    parser.add_argument("--activation-tp", type=int, default=0, help="measure one rank of this TP (default: the plan's)")
+    parser.add_argument("--sampled-positions", type=int, default=1,
+                        help="positions the LM head runs on (vLLM: one per sequence of the batch)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -71,8 +88,9 @@ def main(argv=None) -> int:
 
     import torch  # the device machine's PyTorch
 
-    per_gpu = []
-    for index in range(plan["tp"] * plan["pp"]):
+    per_gpu, plan_gpus, present = [], plan["tp"] * plan["pp"], torch.cuda.device_count()
+    hold_skipped = f"the plan needs {plan_gpus} GPUs, this host has {present}" if plan_gpus > present else None
+    for index in range(0 if hold_skipped else plan_gpus):
         torch.cuda.set_device(index)
         free, total = torch.cuda.mem_get_info(index)
         hold_bytes = int((memory["weights_gib_per_gpu"] + memory["kv_cache_gib_per_gpu"]) * GIB)
@@ -96,8 +114,16 @@ def main(argv=None) -> int:
         "memory": {key: memory[key] for key in ("weights_gib_per_gpu", "kv_cache_gib_per_gpu", "kv_cache_tokens",
                                                 "max_concurrency")},
         "reserve_gib": reserve_gib, "gpu_memory_utilization": utilization, "per_gpu": per_gpu,
-        "ok": all(g["fits_free"] and g["within_utilization"] for g in per_gpu),
+        "hold_skipped": hold_skipped,
+        "hold_ok": None if hold_skipped else all(g["fits_free"] and g["within_utilization"] for g in per_gpu),
     }
+    if args.activation_tokens != "none":
+        torch.cuda.set_device(0)
+        result["activation_peak"] = activation_peak.measure(
+            plan["model"], args.activation_tp or plan["tp"], [int(t) for t in args.activation_tokens.split(",")],
+            memory["inputs"]["reserve_gib"]["activations_gib"], PROFILE_TOKENS,
+            layers=args.activation_layers, sampled_positions=args.sampled_positions)
+    result["ok"] = result["hold_ok"] is not False and result.get("activation_peak", {}).get("ok", True)
     (args.out / "plan_fit.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     return 0 if result["ok"] else 1
