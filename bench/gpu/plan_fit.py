@@ -18,8 +18,8 @@ On a host with NVIDIA GPUs and PyTorch (no vLLM needed):
    than the host has;
 4. the part that can fail: the activation peak of vLLM's profiling forward pass,
    measured on GPU 0 for the plan's architecture as one TP rank holds it
-   (activation_peak.py), against the planner's estimate (memory.inputs.reserve_gib
-   .activations_gib). The exit status is 1 when the estimate is below the peak.
+   (activation_peak.py), against the planner's estimate (memory.inputs.profile_batch
+   .forward_gib). The exit status is 1 when the estimate is more than 1% below the peak.
 It changes no GPU setting. Writes OUT_DIR/plan_fit.json and the captures.
 """
 from __future__ import annotations
@@ -40,7 +40,8 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_
     parse_topo_matrix,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan  # noqa: E402
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.memory import PROFILE_TOKENS  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.memory import forward_activation_bytes  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.model_config import load_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import activation_peak  # noqa: E402
@@ -62,8 +63,9 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="llama-3.1-70b")
     parser.add_argument("--max-model-len", type=int, default=32768)
     parser.add_argument("--gpus", type=int, default=0, help="GPUs of the node to plan on (default: all)")
-    parser.add_argument("--activation-tokens", default=str(PROFILE_TOKENS),
-                        help="token counts of the profiling pass, comma-separated; 'none' skips the measurement")
+    parser.add_argument("--activation-tokens", default="",
+                        help="token counts of the profiling pass, comma-separated (default: the plan's profile "
+                             "batch); 'none' skips the measurement")
     parser.add_argument("--activation-layers", type=int, default=0,
                         help="decoder layers to build (default: all when the weights fit, else a few)")
     parser.add_argument("--activation-tp", type=int, default=0, help="measure one rank of this TP (default: the plan's)")
@@ -119,9 +121,15 @@ def main(argv=None) -> int:
     }
     if args.activation_tokens != "none":
         torch.cuda.set_device(0)
+        batch = memory["inputs"]["profile_batch"]
+        tokens = [int(t) for t in args.activation_tokens.split(",")] if args.activation_tokens else [
+            batch["max_num_batched_tokens"]]
+        tp = args.activation_tp or plan["tp"]
+        # the forward term scales with 1/tp in its MLP part: ask the planner for the measured rank's tp
+        forward_gib = batch["forward_gib"] if tp == plan["tp"] else round(forward_activation_bytes(
+            load_model(args.model), tp, batch["max_num_batched_tokens"]) / GIB, 3)
         result["activation_peak"] = activation_peak.measure(
-            plan["model"], args.activation_tp or plan["tp"], [int(t) for t in args.activation_tokens.split(",")],
-            memory["inputs"]["reserve_gib"]["activations_gib"], PROFILE_TOKENS,
+            plan["model"], tp, tokens, forward_gib, batch["max_num_batched_tokens"],
             layers=args.activation_layers, sampled_positions=args.sampled_positions)
     result["ok"] = result["hold_ok"] is not False and result.get("activation_peak", {}).get("ok", True)
     (args.out / "plan_fit.json").write_text(json.dumps(result, indent=2) + "\n")

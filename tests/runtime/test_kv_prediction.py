@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.memory import serving_batch_defaults
 
 pytestmark = pytest.mark.runtime
 
@@ -175,3 +176,35 @@ def test_kv_tokens_equal_vllms_report(runtime_python, tiny_llama, tmp_path, tp, 
         )
         if row["process"] != "Worker":
             assert f"({row['process']} pid=" in log
+
+
+# The GPUs the serving defaults are asked for: (name, total memory CUDA reports in MiB). The H200 and H100
+# totals are the gpu_facts figures of real captures; the others straddle vLLM's 70 and 160 GiB thresholds.
+SERVING_GPUS = [("NVIDIA H200", 143155), ("NVIDIA H100 80GB HBM3", 81079), ("NVIDIA A100-SXM4-80GB", 81050),
+                ("NVIDIA L40S", 45589), ("NVIDIA B200", 182528), ("NVIDIA H100 PCIe", 71680),
+                ("Acme X1", 71679), ("Acme X2", 163840), ("Acme X3", 163839)]
+
+
+def test_profile_batch_equals_vllms_serving_defaults(runtime_python):
+    """vLLM's own EngineArgs.get_batch_defaults, asked as if it ran on each GPU, against the planner's table."""
+    script = (
+        "import json, sys\n"
+        "from types import SimpleNamespace\n"
+        "import vllm.engine.arg_utils as arg_utils\n"
+        "from vllm.usage.usage_lib import UsageContext\n"
+        "answers = []\n"
+        "for name, mib in json.loads(sys.argv[1]):\n"
+        "    arg_utils.current_platform = SimpleNamespace(\n"
+        "        get_device_total_memory=lambda mib=mib: mib * 2**20, get_device_name=lambda name=name: name,\n"
+        "        is_tpu=lambda: False, is_cpu=lambda: False)\n"
+        "    tokens, seqs = arg_utils.EngineArgs.get_batch_defaults(world_size=1)\n"
+        "    answers.append([tokens[UsageContext.OPENAI_API_SERVER], seqs[UsageContext.OPENAI_API_SERVER]])\n"
+        "print(json.dumps(answers))\n"
+    )
+    result = subprocess.run([str(runtime_python), "-c", script, json.dumps(SERVING_GPUS)], capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    vllms = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len({tuple(answer) for answer in vllms}) == 3, vllms  # every row of vLLM's table is asked
+    for (name, mib), answer in zip(SERVING_GPUS, vllms, strict=True):
+        assert list(serving_batch_defaults(mib * 2**20, name)) == answer, (name, mib)

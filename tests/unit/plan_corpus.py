@@ -1,4 +1,4 @@
-"""A fixed corpus of plan requests, and their plans as the planner made them before the redesign.
+"""A fixed corpus of plan requests, and their plans as the planner made them when last saved.
 
 `python tests/unit/plan_corpus.py --write` saves every request of `requests()` with its
 plan (or its PlanError message) to tests/fixtures/plans/corpus.json.gz; test_plan_corpus.py
@@ -6,7 +6,8 @@ plans them again and requires the same result, byte for byte. The requests are d
 a seeded random generator (no hypothesis: its draws change between versions) over the
 catalog, random dense/MoE/MLA configs, CUDA and CPU clusters, pins, backends, targets and
 ports, plus the seed's example inventories. Regenerate only for a change that is meant to
-change plans, and say so in the commit.
+change plans, and say so in the commit. Saved: before the redesign (issue 16, which changed no
+plan), then for vLLM 0.32's profile batch in the CUDA reserve (issue 20: numbers of CUDA plans).
 """
 
 from __future__ import annotations

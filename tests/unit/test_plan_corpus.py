@@ -1,7 +1,7 @@
 """Plans do not change by accident: 1,010 saved requests give the same plan, or the same PlanError, as when saved.
 
-The corpus (tests/fixtures/plans/corpus.json.gz, written by plan_corpus.py before the
-planner's redesign) holds the seed's examples, the lab's layouts and seeded random
+The corpus (tests/fixtures/plans/corpus.json.gz, written by plan_corpus.py; when, its
+docstring says) holds the seed's examples, the lab's layouts and seeded random
 requests over every strategy, backend and device. Any change in a plan's bytes (a key, a
 number, an argv item, a sentence of the decision) or in an error's wording fails here,
 naming the request and the first keys that differ.

@@ -20,12 +20,65 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks impor
 # CPU attention 128 (CPU MLA 16). Source: platforms/cpu.py, CacheConfig.
 BLOCK_SIZE = {("cuda", False): 16, ("cuda", True): 64, ("cpu", False): 128, ("cpu", True): 16}
 
-# CUDA memory reserve (an estimate; vLLM profiles it at start-up):
-CUDA_BASE_RESERVE_GIB = 1.0  # CUDA context, cuBLAS workspace, allocator slack
-CUDA_COMM_RESERVE_GIB = 0.5  # NCCL buffers and custom all-reduce when world_size > 1
-CUDA_GRAPH_RESERVE_GIB = 0.5  # CUDA graph pool; 0 with --enforce-eager
-PROFILE_TOKENS = 8192  # tokens of vLLM's dummy profiling batch (max_num_batched_tokens)
-ACTIVATION_VALUES_PER_TOKEN = 12  # x hidden_size: peak live activations per token
+# CUDA memory vLLM 0.32 keeps off the KV cache, besides the weights (Worker.determine_available_memory:
+# requested memory - weights - the profile run's peak - the CUDA-graph estimate - non-torch memory).
+CUDA_BASE_RESERVE_GIB = 1.0  # non-torch memory: CUDA context, cuBLAS workspace, allocator slack (estimate)
+CUDA_COMM_RESERVE_GIB = 0.5  # NCCL buffers and custom all-reduce when world_size > 1 (estimate)
+CUDA_GRAPH_RESERVE_GIB = 0.5  # profile_cudagraph_memory's estimate (measured by vLLM at start); 0 with eager
+
+# vLLM 0.32's serving defaults by GPU (EngineArgs.get_batch_defaults, UsageContext.OPENAI_API_SERVER):
+# (min total memory in GiB, excluded names, max_num_batched_tokens, max_num_seqs), first match wins.
+SERVING_BATCH_DEFAULTS = (
+    (160, (), 16384, 1024),  # B200/B300 and larger
+    (70, ("a100",), 8192, 1024),  # H100, H200 (an A100 stays on the small defaults)
+    (0, (), 2048, 256),  # every other GPU
+)
+# Live [tokens, x] tensors at the profile run's peak, from a measured forward pass (docs/hardware-validation.md,
+# "Activation peak"): the MLP's three [tokens, intermediate/tp] tensors (vLLM: the merged gate_up output, 2 x I,
+# and SiluAndMul's output) beside four [tokens, hidden] copies (layer input, residual, normed input, embedding).
+MLP_INTERMEDIATE_COPIES = 3
+HIDDEN_COPIES = 4
+# The sampler's dummy run on max_num_seqs rows of the whole vocabulary (GPUModelRunner._dummy_sampler_run):
+# the logits in the model's dtype, then three float32 copies live at once in its second, native pass
+# (Sampler.forward: logits.to(float32); TopKTopPSampler.forward_native: softmax; random_sample: the noise q).
+SAMPLER_FLOAT32_COPIES = 3
+
+
+def serving_batch_defaults(gpu_memory_bytes, gpu_name):
+    """(max_num_batched_tokens, max_num_seqs) vLLM 0.32's `vllm serve` picks for this GPU."""
+    for min_gib, excluded, tokens, seqs in SERVING_BATCH_DEFAULTS:
+        if gpu_memory_bytes >= min_gib * GIB and not any(word in gpu_name.lower() for word in excluded):
+            return tokens, seqs
+    raise AssertionError("SERVING_BATCH_DEFAULTS ends with a catch-all row")
+
+
+def forward_activation_bytes(spec, tp, tokens):
+    """Peak activations of the profile run's forward pass on one rank: the widest MLP's temporaries."""
+    hidden = spec["hidden_size"]
+    widest = 0.0
+    if len(spec["_moe_layer_set"]) < spec["layers"]:  # dense layers
+        widest = MLP_INTERMEDIATE_COPIES * spec["intermediate_size"] / tp
+    if spec["is_moe"]:  # fused MoE: [tokens x top-k] rows of the expert MLP, plus its [tokens x top-k, hidden] output
+        widest = max(widest, spec["experts_per_token"]
+                     * (MLP_INTERMEDIATE_COPIES * spec["moe_intermediate_size"] / tp + hidden))
+    return tokens * (widest + HIDDEN_COPIES * hidden) * spec["dtype_bytes"]
+
+
+def sampler_bytes(spec, tokens, seqs):
+    """The sampler's dummy run: full-vocabulary logits for min(max_num_seqs, tokens) rows, hidden states kept."""
+    rows = min(seqs, tokens)
+    logits = rows * spec["vocab_size"] * (spec["dtype_bytes"] + SAMPLER_FLOAT32_COPIES * 4)
+    return logits + tokens * spec["hidden_size"] * spec["dtype_bytes"]
+
+
+def profile_batch(inputs, tp):
+    """What vLLM's profile run holds at its peak: the batch it runs and the larger of its two phases."""
+    tokens, seqs = serving_batch_defaults(inputs.gpu_memory_bytes, inputs.gpu_name)
+    forward = forward_activation_bytes(inputs.spec, tp, tokens)
+    sampler = sampler_bytes(inputs.spec, tokens, seqs)
+    return {"max_num_batched_tokens": tokens, "max_num_seqs": seqs,
+            "forward_gib": round(forward / GIB, 3), "sampler_gib": round(sampler / GIB, 3),
+            "peak_gib": round(max(forward, sampler) / GIB, 3)}
 
 
 def _layer_bytes_by_kind(inputs, tp):
@@ -51,11 +104,7 @@ def reserve_gib(inputs, cand):
         if cand.world * (cand.dp if inputs.moe_shared_dp(cand) else 1) > 1
         else 0.0,
         "cuda_graphs_gib": 0.0 if inputs.enforce_eager else CUDA_GRAPH_RESERVE_GIB,
-        "activations_gib": round(
-            PROFILE_TOKENS * ACTIVATION_VALUES_PER_TOKEN * inputs.spec["hidden_size"] * inputs.spec["dtype_bytes"]
-            / GIB,
-            3,
-        ),
+        "activations_gib": profile_batch(inputs, cand.tp)["peak_gib"],
     }
     reserve["total_gib"] = round(sum(reserve.values()), 3)
     return reserve
@@ -188,6 +237,7 @@ def memory_section(inputs, cand, ev):
         memory_inputs["cpu_kvcache_space_gib"] = inputs.cpu_kvcache_space_gib
     else:
         memory_inputs["reserve_gib"] = ev["reserve"]
+        memory_inputs["profile_batch"] = profile_batch(inputs, cand.tp)
     return {
         "weights_gib_per_gpu": gib(ev["weights_max"]),
         "kv_cache_gib_per_gpu": gib(ev["kv_bytes_min"]),
