@@ -16,7 +16,10 @@ description:
     plan, or none, are named in C(notes). Without any plan.json the inventory's plan is used.
 options:
   _input:
-    description: Per host, the C(content) of C(ansible.builtin.slurp) of its plan.json (base64), or null.
+    description:
+      - Per host, the result of C(ansible.builtin.slurp) of its plan.json (its C(content), base64), or that
+        content alone, or null.
+      - A result without C(content) (no plan.json on that node, or the node unreachable) counts as no plan.
     type: dict
     required: true
   inventory_plan:
@@ -28,7 +31,7 @@ options:
 EXAMPLES = r"""
 - name: Judge against what the nodes run
   ansible.builtin.set_fact:
-    readback: "{{ {'node1': slurped_content} | vllm_ops.cluster.deployed_plan(vllm_cluster_plan) }}"
+    readback: "{{ {'node1': slurp_result} | vllm_ops.cluster.deployed_plan(vllm_cluster_plan) }}"
 """
 
 RETURN = r"""
@@ -47,6 +50,8 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.history impo
 
 
 def _decode(host, content):
+    if isinstance(content, dict):  # a slurp result: no content when the file or the node was not there
+        content = content.get("content")
     if not content:
         return None
     try:
@@ -57,7 +62,7 @@ def _decode(host, content):
 
 def deployed_plan(contents, inventory_plan):
     if not isinstance(contents, dict):
-        raise AnsibleFilterError(f"deployed_plan: expected {{host: content}}, got {type(contents).__name__}")
+        raise AnsibleFilterError(f"deployed_plan: expected {{host: slurp result}}, got {type(contents).__name__}")
     return readback({host: _decode(host, content) for host, content in contents.items()}, inventory_plan)
 
 

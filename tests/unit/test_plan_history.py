@@ -170,3 +170,31 @@ def test_the_filter_decodes_what_slurp_read_and_the_doctor_reports_it():
     lines = render_report(report)
     assert lines[1].startswith("plan: judged against the plan the nodes run")
     assert "plan:   the inventory now plans tp_pp (mp)" in "\n".join(lines)
+
+
+def test_deployed_plan_yml_reads_back_when_a_node_holds_no_plan_json(tmp_path):
+    """The read and judge plays of playbooks/deployed_plan.yml, run by Ansible on two local hosts: node1 holds the
+    deployed plan.json, node2 none (a node outside a TP=1 plan). A slurp that found no file has no `content`;
+    the benchmark's first stage failed on it (`object of type 'dict' has no attribute 'content'`)."""
+    import yaml  # noqa: PLC0415
+
+    plays = yaml.safe_load((REPO / "playbooks" / "deployed_plan.yml").read_text())
+    read_play, judge_play = (play for play in plays if "ansible.builtin.import_playbook" not in play)
+    deployed, inventory = lab_plan({"tp": 2}), lab_plan({"tp": 1, "pp": 2})
+    (tmp_path / "node1").mkdir()
+    (tmp_path / "node1" / "plan.json").write_text(json.dumps(deployed))
+    hosts = {node: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                    "vllm_service_config_dir": str(tmp_path / node)} for node in ("node1", "node2")}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(
+        {"all": {"children": {"vllm_nodes": {"hosts": hosts}}, "vars": {"vllm_cluster_plan": inventory}}}))
+    (tmp_path / "playbook.yml").write_text(yaml.safe_dump([read_play, judge_play]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    proc = subprocess.run([str(ANSIBLE.parent / "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"),
+                           str(tmp_path / "playbook.yml")], capture_output=True, text=True, env=env, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    tasks = [task for play in json.loads(proc.stdout)["plays"] for task in play["tasks"]]
+    printed = next(t for t in tasks if t["task"]["name"].startswith("Print where the plan"))["hosts"]["localhost"]
+    assert printed["msg"][0].startswith("judged against the plan the nodes run (tp (mp) TP=2")
+    assert "no plan.json on node2, a node of the deployed plan" in printed["msg"]
+    assert any(line.startswith("the inventory now plans tp_pp (mp) TP=1 PP=2") for line in printed["msg"])
