@@ -193,3 +193,17 @@ def test_impossible_layout_exits_2_with_the_error_on_stderr():
 def test_bad_input_exits_2(args):
     result = run(*args)
     assert result.returncode == 2 and result.stdout == "" and "error" in result.stderr
+
+
+def test_a_hybrid_model_is_refused_until_its_size_and_kv_bytes_are_given(tmp_path):
+    config = {"architectures": ["JambaForCausalLM"], "model_type": "jamba", "hidden_size": 1024,
+              "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 32000,
+              "intermediate_size": 4096, "attn_layer_period": 8, "mamba_d_state": 16, "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    cluster = ["--model", str(tmp_path), "--gpus-per-node", "1", "--gpu-memory-gib", "80", "--gpu-name", "NVIDIA H100"]
+    refused = run(*cluster)
+    assert refused.returncode == 2 and "--model: JambaForCausalLM has state-space" in refused.stderr
+    assert "--weights-gib and --kv-bytes-per-token" in refused.stderr
+    planned = run_json(*cluster, "--weights-gib", "3", "--kv-bytes-per-token", "65536", "--full")
+    assert planned["model"]["weights_gib"] == 3.0
+    assert planned["memory"]["kv_bytes_per_token_per_gpu"] == 65536

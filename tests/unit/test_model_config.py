@@ -165,9 +165,64 @@ def test_quantized_weight_bytes(quant, expected):
     assert mc.quantized_bytes_per_param(quant)[1] == pytest.approx(expected)
 
 
-def test_unknown_quantization_asks_for_an_explicit_size():
-    with pytest.raises(mc.ModelConfigError, match="pass weights_gib"):
-        mc.load_model({"config": tiny_llama(quantization_config={"quant_method": "hqq"})}, model_path="/m")
+def test_unknown_quantization_asks_for_an_explicit_size_and_plans_with_it():
+    config = tiny_llama(quantization_config={"quant_method": "hqq"})
+    with pytest.raises(mc.ModelConfigError, match=r"give the checkpoint's size as \{name: ..., weights_gib: N\}"):
+        mc.load_model({"config": config}, model_path="/m")
+    spec = mc.load_model({"config": config, "weights_gib": 0.5}, model_path="/m")
+    assert (spec["weights_gib"], spec["weights_source"]) == (0.5, "given")
+
+
+# --------------------------------------------------------------------------- what the planner does not model
+
+STATE_SPACE = {
+    "jamba": {"architectures": ["JambaForCausalLM"], "model_type": "jamba", "attn_layer_period": 8,
+              "mamba_d_state": 16},
+    "qwen3-next": {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next"},
+    "linear layer types": {"architectures": ["MiniMaxM1ForCausalLM"], "model_type": "minimax_m1",
+                           "layer_types": ["linear_attention", "full_attention"]},
+    "nemotron-h": {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+                   "hybrid_override_pattern": "M-M-M*-"},
+}
+
+
+@pytest.mark.parametrize("changes", list(STATE_SPACE.values()), ids=list(STATE_SPACE))
+def test_state_space_and_linear_attention_hybrids_are_refused_by_name(changes):
+    with pytest.raises(mc.ModelConfigError) as error:
+        mc.load_model({"config": tiny_llama(**changes)}, model_path="/m")
+    message = str(error.value)
+    assert f"{changes['architectures'][0]} has state-space or linear-attention layers" in message
+    assert "state is per sequence" in message and "kv_bytes_per_token: M" in message and "--weights-gib" in message
+
+
+@pytest.mark.parametrize(("changes", "why"), [
+    ({"architectures": None}, "config.json has no 'architectures'"),
+    ({"architectures": []}, "config.json has no 'architectures'"),
+    ({"architectures": ["BertModel"], "model_type": "bert"}, "BertModel is not a generative decoder"),
+    ({"architectures": ["XLMRobertaForSequenceClassification"]}, "is not a generative decoder"),
+])
+def test_encoders_and_configs_without_architectures_are_refused(changes, why):
+    with pytest.raises(mc.ModelConfigError, match=why):
+        mc.load_model({"config": tiny_llama(**changes)}, model_path="/m")
+
+
+def test_sliding_window_layer_types_are_not_state_space():
+    spec = mc.load_model({"config": tiny_llama(layer_types=["sliding_attention", "full_attention"] * 2)},
+                         model_path="/m")
+    assert spec["architecture"] == "LlamaForCausalLM"
+
+
+def test_both_overrides_plan_an_unmodelled_model_with_the_given_kv_bytes():
+    config = tiny_llama(**STATE_SPACE["jamba"])
+    with pytest.raises(mc.ModelConfigError, match="state-space"):  # one of the two is not enough
+        mc.load_model({"config": config, "weights_gib": 2.0}, model_path="/m")
+    spec = mc.load_model({"config": config, "weights_gib": 2.0, "kv_bytes_per_token": 4096}, model_path="/m")
+    assert spec["weights_gib"] == 2.0 and spec["kv_bytes_per_token"] == 4096
+    # 4096 bytes over 4 layers at TP=1; TP=2 ranks share them
+    assert mc.kv_bytes_per_token_per_layer(spec, 1) == 1024 and mc.kv_bytes_per_token_per_layer(spec, 2) == 512
+    for bad in (0, 1.5, True, "4096"):
+        with pytest.raises(mc.ModelConfigError, match="kv_bytes_per_token must be a positive integer"):
+            mc.load_model({"config": config, "weights_gib": 2.0, "kv_bytes_per_token": bad}, model_path="/m")
 
 
 def test_deepseek_v3_fp8_keeps_embeddings_in_bf16():

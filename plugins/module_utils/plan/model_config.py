@@ -6,7 +6,9 @@ the whole model (``tp=1``) and what one tensor-parallel rank holds.
 
 Assumptions, all stated in docs/planner.md:
 - decoder-only transformers with a gated MLP (Llama, Qwen2, Mistral/Mixtral,
-  DeepSeek-V2/V3 families); other shapes can pass ``weights_gib`` explicitly;
+  DeepSeek-V2/V3 families); encoders, configs without ``architectures`` and
+  state-space or linear-attention hybrids are refused by name
+  (``unmodelled_reason``) unless ``weights_gib`` and ``kv_bytes_per_token`` are given;
 - vLLM's ``--dtype auto``: float32 checkpoints are served in bfloat16, so
   weights and the KV cache use 2 bytes per value unless quantized;
 - multi-token-prediction layers (DeepSeek ``num_nextn_predict_layers``) are not
@@ -35,6 +37,10 @@ _DTYPE_BYTES = {
     "half": 2,
     "fp16": 2,
 }
+
+
+WEIGHTS_HINT = ("give the checkpoint's size as {name: ..., weights_gib: N} (vllm_cluster_model; on the command "
+                "line --weights-gib)")
 
 
 class ModelConfigError(ValueError):
@@ -154,7 +160,7 @@ def quantized_bytes_per_param(quant):
             return method, 1.0
         if algo == "NVFP4":
             return method, 0.5 + 1.0 / 16  # one fp8 scale per 16 values
-        raise ModelConfigError(f"modelopt quant_algo {algo!r} is not known to the planner; pass weights_gib")
+        raise ModelConfigError(f"modelopt quant_algo {algo!r} is not known to the planner; " + WEIGHTS_HINT)
     if method == "mxfp4":
         return method, 0.5 + 1.0 / 32
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "marlin"):
@@ -177,7 +183,7 @@ def quantized_bytes_per_param(quant):
                 per_group = 2.0 / group if isinstance(group, int) and group > 0 else 0.0
                 return method, bits / 8.0 + per_group
         raise ModelConfigError(
-            "compressed-tensors config without config_groups.*.weights.num_bits; pass weights_gib"
+            "compressed-tensors config without config_groups.*.weights.num_bits; " + WEIGHTS_HINT
         )
     if method == "bitsandbytes":
         if quant.get("load_in_4bit"):
@@ -185,17 +191,49 @@ def quantized_bytes_per_param(quant):
         if quant.get("load_in_8bit"):
             return method, 1.0 + 4.0 / 64
         raise ModelConfigError(
-            "bitsandbytes config with neither load_in_4bit nor load_in_8bit; pass weights_gib"
+            "bitsandbytes config with neither load_in_4bit nor load_in_8bit; " + WEIGHTS_HINT
         )
     raise ModelConfigError(
-        f"quantization method {method or quant!r} is not known to the planner; pass weights_gib"
+        f"quantization method {method or quant!r} is not known to the planner; " + WEIGHTS_HINT
     )
 
 
 # --------------------------------------------------------------------------- normalising
 
 
-def normalize_config(cfg, *, source, path, name=None, weights_gib=None):
+# What the planner's memory model does not cover, refused by name (docs/planner.md, "Not modelled").
+OVERRIDE_HINT = ("plan it anyway by giving the model as {name: ..., weights_gib: N, kv_bytes_per_token: M} "
+                 "(vllm_cluster_model; on the command line --weights-gib and --kv-bytes-per-token), from the "
+                 "checkpoint's size and the KV bytes per token vLLM reports")
+GENERATIVE_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")
+# State-space and linear-attention layers keep a state per sequence, not KV per token.
+STATE_SPACE_MODEL_TYPES = ("jamba", "mamba", "mamba2", "falcon_mamba", "falcon_h1", "zamba", "zamba2", "bamba",
+                           "nemotron_h", "granitemoehybrid", "qwen3_next", "plamo2", "lfm2", "minimax",
+                           "minimax_text_01", "rwkv", "recurrent_gemma")
+STATE_SPACE_KEYS = ("attn_layer_period", "layers_block_type", "mamba_d_state", "ssm_state_size", "linear_conv_kernel_dim",
+                    "mamba_expand", "hybrid_override_pattern")
+
+
+def unmodelled_reason(cfg, text, architectures, model_type):
+    """Why the planner cannot count this model's memory, or None."""
+    if not architectures:
+        return ("config.json has no 'architectures': the planner cannot tell which model class vLLM would load "
+                "(a decoder, an encoder, a hybrid)")
+    architecture = architectures[0]
+    layer_types = text.get("layer_types") if isinstance(text.get("layer_types"), list) else []
+    state_layers = sorted({t for t in layer_types if isinstance(t, str) and ("mamba" in t or "linear" in t)})
+    state_keys = [key for key in STATE_SPACE_KEYS if key in text]
+    if model_type.lower() in STATE_SPACE_MODEL_TYPES or state_layers or state_keys:
+        what = state_layers or state_keys or [f"model_type {model_type}"]
+        return (f"{architecture} has state-space or linear-attention layers ({', '.join(what)}): their state is "
+                "per sequence, not KV per token, and the planner counts neither their weights nor their state")
+    if not architecture.endswith(GENERATIVE_SUFFIXES):
+        return (f"{architecture} is not a generative decoder (an encoder or a pooling model?): the planner models "
+                f"decoders whose class ends in {', '.join(GENERATIVE_SUFFIXES)}")
+    return None
+
+
+def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes_per_token=None):
     """Turn a HF config dict into the planner's model description (a plain dict).
 
     Keys starting with ``_`` are internal (per-layer structure) and are left out
@@ -209,7 +247,7 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None):
         text.setdefault("torch_dtype", cfg.get("torch_dtype", cfg.get("dtype")))
         text.setdefault("quantization_config", cfg.get("quantization_config"))
 
-    architectures = cfg.get("architectures") or ["unknown"]
+    architectures = cfg.get("architectures") or []
     if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
         raise ModelConfigError(
             f"model config field 'architectures' must be a list of strings, got {architectures!r}"
@@ -217,6 +255,11 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None):
     model_type = text.get("model_type", cfg.get("model_type", ""))
     if not isinstance(model_type, str):
         raise ModelConfigError(f"model config field 'model_type' must be a string, got {model_type!r}")
+    overridden = weights_gib is not None and kv_bytes_per_token is not None
+    unmodelled = unmodelled_reason(cfg, text, architectures, model_type)
+    if unmodelled and not overridden:
+        raise ModelConfigError(f"{unmodelled}; {OVERRIDE_HINT}")
+    architectures = architectures or ["unknown"]
 
     hidden = _int_field(text, "hidden_size")
     layers = _int_field(text, "num_hidden_layers")
@@ -227,7 +270,12 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None):
     max_positions = _int_field(text, "max_position_embeddings", required=False)
     tied = _bool_field(text, "tie_word_embeddings", default=False)
     dtype, dtype_bytes = serving_dtype(text)
-    quant_method, quant_bytes = quantized_bytes_per_param(text.get("quantization_config"))
+    try:
+        quant_method, quant_bytes = quantized_bytes_per_param(text.get("quantization_config"))
+    except ModelConfigError:
+        if weights_gib is None:
+            raise
+        quant_method, quant_bytes = "unknown (weights_gib given)", None
     weight_bytes = quant_bytes if quant_bytes is not None else float(dtype_bytes)
 
     kv_lora_rank = _int_field(text, "kv_lora_rank", required=False)
@@ -336,6 +384,10 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None):
     spec["params"] = params["total"]
     spec["params_routed_experts"] = params["routed_experts"]
     computed_bytes = model_bytes(spec)
+    if kv_bytes_per_token is not None:
+        if isinstance(kv_bytes_per_token, bool) or not isinstance(kv_bytes_per_token, int) or kv_bytes_per_token < 1:
+            raise ModelConfigError(f"kv_bytes_per_token must be a positive integer, got {kv_bytes_per_token!r}")
+        spec["kv_bytes_per_token"] = kv_bytes_per_token  # shown in the plan only when given
     if weights_gib is not None:
         if isinstance(weights_gib, bool) or not isinstance(weights_gib, int | float) or not weights_gib > 0:
             raise ModelConfigError(f"weights_gib must be a positive number, got {weights_gib!r}")
@@ -352,16 +404,18 @@ def load_model(model, model_path=None):
     """Describe ``model``: a catalog name or hub id, a model directory or config.json, or a dict.
 
     A dict may hold ``name`` (any of the above) or ``config`` (an inline HF
-    config), plus ``weights_gib`` to state the checkpoint size explicitly.
+    config), plus ``weights_gib`` to state the checkpoint size explicitly and ``kv_bytes_per_token`` the KV
+    cache bytes of one token over every layer at TP=1 (both together plan a model the planner does not model).
     ``model_path`` is the model argument on the nodes; it defaults to the hub id
     of a catalog model and to the directory of a local config.
     """
-    weights_gib = None
+    weights_gib = kv_bytes_per_token = None
     if isinstance(model, dict):
-        unknown = sorted(set(model) - {"name", "config", "weights_gib"})
+        unknown = sorted(set(model) - {"name", "config", "weights_gib", "kv_bytes_per_token"})
         if unknown:
-            raise ModelConfigError(f"unknown model keys {unknown}: expected name, config, weights_gib")
-        weights_gib = model.get("weights_gib")
+            raise ModelConfigError(
+                f"unknown model keys {unknown}: expected name, config, weights_gib, kv_bytes_per_token")
+        weights_gib, kv_bytes_per_token = model.get("weights_gib"), model.get("kv_bytes_per_token")
         if "config" in model:
             if "name" in model and not isinstance(model["name"], str):
                 raise ModelConfigError(f"model name must be a string, got {model['name']!r}")
@@ -381,7 +435,8 @@ def load_model(model, model_path=None):
         raise ModelConfigError(f"model_path must be a non-empty string, got {path!r}")
     if short is None:
         short = os.path.basename(path.rstrip("/")) or path
-    return normalize_config(config, source=source, path=path, name=short, weights_gib=weights_gib)
+    return normalize_config(config, source=source, path=path, name=short, weights_gib=weights_gib,
+                            kv_bytes_per_token=kv_bytes_per_token)
 
 
 # --------------------------------------------------------------------------- shapes
@@ -400,6 +455,8 @@ def kv_bytes_per_token_per_layer(spec, tp):
     MHA/GQA: K and V, ``kv_heads/TP`` heads of ``head_dim``. MLA: one latent
     of ``kv_lora_rank + qk_rope_head_dim`` values that TP does not shard.
     """
+    if spec.get("kv_bytes_per_token"):  # the operator's figure, over every layer at TP=1: shared by TP
+        return spec["kv_bytes_per_token"] / spec["layers"] / tp
     if spec["attention"] == "mla":
         return (spec["kv_lora_rank"] + spec["qk_rope_head_dim"]) * spec["dtype_bytes"]
     return kv_heads_per_rank(spec, tp) * (spec["head_dim"] + spec["v_head_dim"]) * spec["dtype_bytes"]
