@@ -178,8 +178,9 @@ def test_kv_tokens_equal_vllms_report(runtime_python, tiny_llama, tmp_path, tp, 
             assert f"({row['process']} pid=" in log
 
 
-# The GPUs the serving defaults are asked for: (name, total memory CUDA reports in MiB). The H200 and H100
-# totals are the gpu_facts figures of real captures; the others straddle vLLM's 70 and 160 GiB thresholds.
+# The GPUs the serving defaults are asked for: (name, total memory CUDA reports in MiB). The H200's is the total
+# measured on the lent H200 (143,771 MiB FB less 616); the others are chosen to straddle vLLM's 70 and 160 GiB
+# thresholds and its A100 exception.
 SERVING_GPUS = [("NVIDIA H200", 143155), ("NVIDIA H100 80GB HBM3", 81079), ("NVIDIA A100-SXM4-80GB", 81050),
                 ("NVIDIA L40S", 45589), ("NVIDIA B200", 182528), ("NVIDIA H100 PCIe", 71680),
                 ("Acme X1", 71679), ("Acme X2", 163840), ("Acme X3", 163839)]

@@ -214,7 +214,7 @@ STATE_SPACE_KEYS = ("attn_layer_period", "layers_block_type", "mamba_d_state", "
                     "mamba_expand", "hybrid_override_pattern")
 
 
-def unmodelled_reason(cfg, text, architectures, model_type):
+def unmodelled_reason(text, architectures, model_type):
     """Why the planner cannot count this model's memory, or None."""
     if not architectures:
         return ("config.json has no 'architectures': the planner cannot tell which model class vLLM would load "
@@ -256,7 +256,7 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes
     if not isinstance(model_type, str):
         raise ModelConfigError(f"model config field 'model_type' must be a string, got {model_type!r}")
     overridden = weights_gib is not None and kv_bytes_per_token is not None
-    unmodelled = unmodelled_reason(cfg, text, architectures, model_type)
+    unmodelled = unmodelled_reason(text, architectures, model_type)
     if unmodelled and not overridden:
         raise ModelConfigError(f"{unmodelled}; {OVERRIDE_HINT}")
     architectures = architectures or ["unknown"]
