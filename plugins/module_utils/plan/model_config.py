@@ -27,16 +27,7 @@ GIB = 1024**3
 # vLLM pads the vocabulary of VocabParallelEmbedding / ParallelLMHead to this.
 VOCAB_PADDING = 64
 
-_DTYPE_BYTES = {
-    "float32": 4,
-    "float": 4,
-    "fp32": 4,
-    "bfloat16": 2,
-    "bf16": 2,
-    "float16": 2,
-    "half": 2,
-    "fp16": 2,
-}
+_DTYPE_BYTES = {"float32": 4, "float": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "half": 2, "fp16": 2}
 
 
 WEIGHTS_HINT = ("give the checkpoint's size as {name: ..., weights_gib: N} (vllm_cluster_model; on the command "
@@ -214,6 +205,48 @@ STATE_SPACE_KEYS = ("attn_layer_period", "layers_block_type", "mamba_d_state", "
                     "mamba_expand", "hybrid_override_pattern")
 
 
+def layer_attention_kinds(text, model_type, layers):
+    """Per-layer attention as vLLM 0.32 builds it: ``(kinds, sliding_window, attention_chunk_size)``.
+
+    A kind is ``"full"``, ``"sliding"`` (a window of ``sliding_window`` tokens) or ``"chunked"`` (Llama 4's
+    local attention in blocks of ``attention_chunk_size`` tokens); window and chunk are None when unused.
+    """
+    model_type, qwen = model_type.lower(), model_type.lower() in model_catalog.QWEN_SLIDING_TYPES
+    window = text.get("sliding_window")
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        window = None  # vLLM's ModelConfig turns a 0 window into None
+    if qwen and not text.get("use_sliding_window", False):
+        window = None  # Qwen2Config.__post_init__: sliding_window if use_sliding_window else None
+    if model_type.startswith("llama4"):
+        # llama4.py Llama4Attention: nope = no_rope_layers[layer_idx] == 0; ChunkedLocalAttention when
+        # `not self.nope and config.attention_chunk_size`, else full Attention.
+        chunk, no_rope = _int_field(text, "attention_chunk_size", required=False), text.get("no_rope_layers")
+        if not isinstance(no_rope, list) or len(no_rope) < layers:
+            raise ModelConfigError(f"no_rope_layers must list one entry per layer ({layers}), got {no_rope!r}")
+        kinds = ["chunked" if chunk and no_rope[i] != 0 else "full" for i in range(layers)]
+        return kinds, None, chunk if "chunked" in kinds else None
+    if window is None:
+        return ["full"] * layers, None, None
+    if model_type == "gpt_oss":  # gpt_oss.py: `config.sliding_window if self.layer_idx % 2 == 0 else None`
+        return ["sliding" if i % 2 == 0 else "full" for i in range(layers)], window, None
+    layer_types = text.get("layer_types")
+    if qwen and layer_types is None:  # Qwen2Config.__post_init__: the layers from max_window_layers on slide
+        layer_types = ["sliding_attention" if i >= text.get("max_window_layers", 28) else "full_attention"
+                       for i in range(layers)]
+    if layer_types is None:
+        # engine/arg_utils.py: with no layer_types CacheConfig.sliding_window is the model's window, and
+        # Attention applies it to every layer (Mistral-7B-v0.1).
+        return ["sliding"] * layers, window, None
+    if not isinstance(layer_types, list) or len(layer_types) < layers:
+        raise ModelConfigError(f"layer_types must list one entry per layer ({layers}), got {layer_types!r}")
+    # llama.py / gemma2.py / gemma3.py: per_layer_sliding_window where layer_types[i] == "sliding_attention".
+    kinds = ["sliding" if layer_types[i] == "sliding_attention" else "full" for i in range(layers)]
+    if qwen and len(set(kinds)) > 1:  # qwen2.py Qwen2Model asserts max_window_layers == num_hidden_layers
+        raise ModelConfigError(f"Sliding window for some but all layers is not supported (vLLM's Qwen2 model: "
+                               f"max_window_layers {text.get('max_window_layers')} < num_hidden_layers {layers})")
+    return kinds, (window if "sliding" in kinds else None), None
+
+
 def unmodelled_reason(text, architectures, model_type):
     """Why the planner cannot count this model's memory, or None."""
     if not architectures:
@@ -241,11 +274,7 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes
     """
     if not isinstance(cfg, dict):
         raise ModelConfigError(f"model config must be an object, got {type(cfg).__name__}")
-    text = cfg
-    if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
-        text = dict(cfg["text_config"])
-        text.setdefault("torch_dtype", cfg.get("torch_dtype", cfg.get("dtype")))
-        text.setdefault("quantization_config", cfg.get("quantization_config"))
+    text = model_catalog.text_config(cfg)
 
     architectures = cfg.get("architectures") or []
     if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
@@ -303,15 +332,26 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes
         v_head = head_dim
         attention = "mha" if kv_heads == heads else "gqa"
 
+    model_type_l = model_type.lower()
+    is_llama4 = model_type_l.startswith("llama4")
     experts = _first_int(text, ("num_local_experts", "n_routed_experts", "num_experts"))
     is_moe = experts > 1
     if is_moe:
-        per_token = _int_field(text, "num_experts_per_tok")
+        # gpt-oss's config.json carries both num_experts_per_tok and its original name experts_per_token.
+        per_token_key = "num_experts_per_tok" if text.get("num_experts_per_tok") is not None else "experts_per_token"
+        per_token = _int_field(text, per_token_key, required=False)
+        if per_token is None:
+            raise ModelConfigError("model config lacks 'num_experts_per_tok'")
         if per_token > experts:
             raise ModelConfigError(f"num_experts_per_tok ({per_token}) exceeds the expert count ({experts})")
         moe_intermediate = _int_field(text, "moe_intermediate_size", default=intermediate)
         shared_intermediate = 0
-        if text.get("n_shared_experts") is not None:
+        if is_llama4:
+            # llama4.py Llama4MoE: experts and the one shared expert are intermediate_size wide; the dense
+            # layers (Llama4DecoderLayer's LlamaMLP) intermediate_size_mlp.
+            shared_intermediate = intermediate
+            intermediate = _int_field(text, "intermediate_size_mlp", default=intermediate)
+        elif text.get("n_shared_experts") is not None:
             shared_intermediate = _int_field(text, "n_shared_experts", minimum=0) * moe_intermediate
         elif text.get("shared_expert_intermediate_size") is not None:
             shared_intermediate = _int_field(text, "shared_expert_intermediate_size", minimum=0)
@@ -323,24 +363,37 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes
             isinstance(i, int) and not isinstance(i, bool) for i in mlp_only
         ):
             raise ModelConfigError(f"mlp_only_layers must be a list of layer indices, got {mlp_only!r}")
-        moe_layers = [
-            i
-            for i in range(layers)
-            if i >= first_dense and i % frequency == 0 and (i + 1) % sparse_step == 0 and i not in mlp_only
-        ]
+        if is_llama4:
+            # llama4.py Llama4DecoderLayer: `interleave_moe_layer_step > 0 and (layer_idx + 1) % step == 0`.
+            step = _int_field(text, "interleave_moe_layer_step", default=1, minimum=0)
+            moe_layers = [i for i in range(layers) if step > 0 and (i + 1) % step == 0]
+        else:
+            moe_layers = [
+                i
+                for i in range(layers)
+                if i >= first_dense and i % frequency == 0 and (i + 1) % sparse_step == 0 and i not in mlp_only
+            ]
         if not moe_layers:
             raise ModelConfigError(f"the config declares {experts} experts but no layer is a MoE layer")
     else:
         experts = per_token = moe_intermediate = shared_intermediate = 0
         moe_layers = []
 
-    sliding_window = None
-    if text.get("use_sliding_window", True) and isinstance(text.get("sliding_window"), int):
-        if not isinstance(text["sliding_window"], bool) and text["sliding_window"] > 0:
-            sliding_window = text["sliding_window"]
+    kinds, sliding_window, chunk_size = layer_attention_kinds(text, model_type, layers)
 
-    model_type_l = model_type.lower()
-    attention_bias = _bool_field(text, "attention_bias", default=False)
+    is_gpt_oss = model_type_l == "gpt_oss"
+    # gpt_oss.py builds qkv_proj and o_proj with bias=True whatever attention_bias says.
+    attention_bias = is_gpt_oss or _bool_field(text, "attention_bias", default=False)
+    # MXFP4 (vLLM's Mxfp4Config) quantizes only the routed experts: every linear layer falls back to
+    # UnquantizedLinearMethod, and gpt-oss lists attention, router, embedding and head in modules_to_not_convert.
+    experts_only = quant_method == "mxfp4"
+    # Per-layer norms: Gemma 3 has four (input, post-attention, pre- and post-feedforward), the others two;
+    # Qwen3 and Gemma 3 add a q and a k RMSNorm of head_dim each (Llama 4's qk norm has no weights).
+    norms = 4 if model_type_l.startswith(("gemma2", "gemma3")) else 2
+    qk_norm = head_dim if model_type_l.startswith(("qwen3", "gemma3")) else 0
+    if model_type_l.startswith("gemma3"):
+        tied = True  # vLLM's Gemma3ForCausalLM computes logits with embed_tokens: no separate head
+    vision = vision_params(cfg)
     spec = {
         "name": name,
         "architecture": architectures[0],
@@ -370,6 +423,9 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes
         "weight_bytes_per_param": round(weight_bytes, 6),
         "max_position_embeddings": max_positions,
         "sliding_window": sliding_window,
+        "attention_chunk_size": chunk_size,
+        "layer_attention": kinds,
+        "vision_params": vision["total"],
         "mtp_layers_not_loaded": _int_field(text, "num_nextn_predict_layers", default=0, minimum=0),
         "source": source,
         "path": path,
@@ -379,6 +435,14 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes
         "_mlp_bias": _bool_field(text, "mlp_bias", default=False),
         "_q_nope": nope,
         "_weights_scale": 1.0,
+        "_sinks": is_gpt_oss,  # one attention-sink logit per head (gpt_oss.py OAIAttention.sinks)
+        "_router_bias": is_gpt_oss,
+        "_expert_bias": is_gpt_oss,  # gate_up_proj_bias and down_proj_bias per expert
+        "_experts_only_quantized": experts_only,
+        "_norms_per_layer": norms,
+        "_qk_norm": qk_norm,
+        "_vision_linear": vision["linear"],
+        "_vision_plain": vision["plain"],
     }
     params = param_count(spec)
     spec["params"] = params["total"]
@@ -488,27 +552,82 @@ def _attention_counts(spec, tp):
     plain = (q_out + 2 * kv_out) if spec["_qkv_bias"] else 0
     if spec["_o_bias"]:
         plain += hidden
+    if spec.get("_sinks"):
+        plain += heads_rank
+    plain += 2 * spec.get("_qk_norm", 0)
     return linear, plain
 
 
 def _layer_counts(spec, index, tp):
-    """Params of decoder layer ``index`` on one TP rank: (linear, plain, routed experts in total)."""
+    """Params of decoder layer ``index`` on one TP rank: (linear, plain, routed experts in total).
+
+    ``linear`` and ``plain`` are the parts stored at the quantized and at the model dtype; with
+    ``_experts_only_quantized`` (MXFP4) the attention and dense MLP move to ``plain``.
+    """
     hidden = spec["hidden_size"]
     linear, plain = _attention_counts(spec, tp)
-    plain += 2 * hidden  # input and post-attention RMSNorm
+    plain += spec.get("_norms_per_layer", 2) * hidden  # RMSNorms (input, post-attention, ...)
     routed = 0
     if index in spec["_moe_layer_set"]:
         plain += hidden * spec["experts"]  # router, replicated
+        if spec.get("_router_bias"):
+            plain += spec["experts"]
         shared = spec["shared_expert_intermediate_size"]
         if shared:
             linear += 3 * hidden * math.ceil(shared / tp)
-        routed = spec["experts"] * 3 * hidden * spec["moe_intermediate_size"]
+        per_expert = 3 * hidden * spec["moe_intermediate_size"]
+        if spec.get("_expert_bias"):
+            per_expert += 2 * spec["moe_intermediate_size"] + hidden
+        routed = spec["experts"] * per_expert
     else:
         inter_rank = math.ceil(spec["intermediate_size"] / tp)
         linear += 3 * hidden * inter_rank
         if spec["_mlp_bias"]:
             plain += 2 * inter_rank + hidden
+    if spec.get("_experts_only_quantized"):
+        linear, plain = 0, linear + plain
     return linear, plain, routed
+
+
+def vision_params(cfg):
+    """Vision tower + projector weights of a multimodal config: ``{"total", "linear", "plain"}``.
+
+    ``linear`` is what TP shards, ``plain`` what every rank holds. Gemma 3's SigLIP tower and projector
+    (vLLM's SiglipVisionModel, Gemma3MultiModalProjector) and Llama 4's encoder, pixel-shuffle adapter and
+    projector (mllama4.py) are counted tensor by tensor from ``vision_config``: exact for those classes (it
+    reproduces Llama-4-Scout's published per-tensor counts). Other towers count as zero (give weights_gib).
+    """
+    vision, text = cfg.get("vision_config"), cfg.get("text_config")
+    kind = str(vision.get("model_type", "")).lower() if isinstance(vision, dict) else ""
+    if kind not in ("siglip_vision_model", "llama4_vision_model") or not isinstance(text, dict):
+        return {"total": 0, "linear": 0, "plain": 0}
+    llama4 = kind.startswith("llama4")
+    hidden = _int_field(vision, "hidden_size", default=1408 if llama4 else 768)
+    inter = _int_field(vision, "intermediate_size", default=5632 if llama4 else 3072)
+    layers = _int_field(vision, "num_hidden_layers", default=34 if llama4 else 12)
+    patch = _int_field(vision, "patch_size", default=14 if llama4 else 16)
+    image = _int_field(vision, "image_size", default=448 if llama4 else 224)
+    channels = _int_field(vision, "num_channels", default=3)
+    text_hidden = _int_field(text, "hidden_size")
+    linear = layers * (4 * hidden * hidden + 2 * hidden * inter)  # q, k, v, o, fc1, fc2
+    plain = layers * (4 * hidden + inter + hidden + 4 * hidden)  # their biases, two LayerNorms (weight + bias)
+    if llama4:
+        linear += channels * patch * patch * hidden  # patch_embedding: unfold + linear without bias
+        plain += hidden + ((image // patch) ** 2 + 1) * hidden + 4 * hidden  # class, positions, pre/post norm
+        proj_in = _int_field(vision, "projector_input_dim", default=4096)
+        proj_out = _int_field(vision, "projector_output_dim", default=4096)
+        linear += inter * proj_in + proj_in * proj_out  # vision_adapter (pixel-shuffle MLP)
+        if _bool_field(vision, "multi_modal_projector_bias", default=False):
+            plain += proj_in + proj_out
+        linear += _int_field(vision, "vision_output_dim", default=7680) * text_hidden  # multi_modal_projector
+    else:
+        plain += channels * patch * patch * hidden + hidden  # patch_embedding Conv2d, replicated
+        plain += (image // patch) ** 2 * hidden + 2 * hidden  # position_embedding, post_layernorm
+        if _bool_field(vision, "vision_use_head", default=True):  # attention-pooling head (not in Gemma 3)
+            linear += 4 * hidden * hidden + 2 * hidden * inter
+            plain += 9 * hidden + inter
+        plain += hidden * text_hidden + hidden  # mm_input_projection_weight, mm_soft_emb_norm
+    return {"total": linear + plain, "linear": linear, "plain": plain}
 
 
 def param_count(spec):
@@ -522,6 +641,7 @@ def param_count(spec):
     total += embedding + spec["hidden_size"]  # embedding + final norm
     if not spec["tie_word_embeddings"]:
         total += embedding
+    total += spec.get("_vision_linear", 0) + spec.get("_vision_plain", 0)
     return {"total": total, "routed_experts": routed_total}
 
 
@@ -540,7 +660,10 @@ def embedding_bytes(spec, tp, *, first_stage, last_stage, pp):
     """Bytes of the vocabulary-parallel embedding / LM head (and final norm) on one rank of a stage."""
     padded = math.ceil(spec["vocab_size"] / VOCAB_PADDING) * VOCAB_PADDING
     table = math.ceil(padded / tp) * spec["hidden_size"] * spec["dtype_bytes"]
-    total = 0
+    # The vision tower and projector of a multimodal model: vLLM builds them outside the decoder-layer stack,
+    # so every pipeline stage holds them; TP shards their linear layers; they stay in the model dtype
+    # (mllama4.py passes quant_config=None).
+    total = (spec.get("_vision_linear", 0) / tp + spec.get("_vision_plain", 0)) * spec["dtype_bytes"]
     if first_stage:
         total += table
     if last_stage:
