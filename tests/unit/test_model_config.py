@@ -16,7 +16,20 @@ PUBLISHED_PARAMS_B = {
     "mixtral-8x7b": 46.7,
     "mixtral-8x22b": 140.6,
     "deepseek-v3": 671.0,  # without the 14B multi-token-prediction module vLLM does not load
+    "deepseek-r1": 671.0,  # the V3 architecture, same shapes
+    "gpt-oss-120b": 116.83,  # OpenAI's gpt-oss model card: 116.83B total (5.13B active)
+    "gpt-oss-20b": 20.91,  # OpenAI's gpt-oss model card: 20.91B total (3.61B active)
+    "qwen3-8b": 8.2,  # Qwen3-8B card: 8.2B
+    "qwen3-32b": 32.8,  # Qwen3-32B card: 32.8B
+    "qwen3-30b-a3b": 30.5,  # Qwen3-30B-A3B card: 30.5B total, 3.3B activated
+    "qwen3-235b-a22b": 235.0,  # Qwen3-235B-A22B card: 235B total, 22B activated
+    "llama-4-scout": 109.0,  # Meta's Llama 4 card: 109B total, 17B active (text + vision)
+    "gemma-3-27b": 27.4,  # the hub's count for google/gemma-3-27b-it: 27.4B, vision tower included
+    "mistral-7b-v0.1": 7.24,  # the hub's count for mistralai/Mistral-7B-v0.1: 7.24B
+    "mistral-small-24b": 23.6,  # the hub's count for Mistral-Small-24B-Instruct-2501: 23.6B
 }
+# Cards round; tolerance per model: 0.5% by default, the rounding of the published figure where it is coarser.
+PARAMS_TOLERANCE = {"qwen3-8b": 0.01, "qwen3-235b-a22b": 0.005, "llama-4-scout": 0.01, "gemma-3-27b": 0.005}
 
 
 def tiny_llama(**changes):
@@ -41,7 +54,7 @@ def tiny_llama(**changes):
 @pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS_B))
 def test_catalog_params_match_the_model_cards(name):
     spec = mc.load_model(name)
-    assert spec["params"] / 1e9 == pytest.approx(PUBLISHED_PARAMS_B[name], rel=0.005)
+    assert spec["params"] / 1e9 == pytest.approx(PUBLISHED_PARAMS_B[name], rel=PARAMS_TOLERANCE.get(name, 0.005))
     assert spec["source"] == f"catalog:{name}"
 
 
@@ -312,3 +325,142 @@ def test_public_view_drops_internal_keys():
     view = mc.public_view(spec)
     assert not [key for key in view if key.startswith("_")]
     json.dumps(view)
+
+
+# --------------------------------------------------------------------------- per-layer attention kinds
+
+# (full, sliding, chunked) layers of each catalog model, and which vLLM 0.32 code decides it.
+LAYER_KINDS = {
+    # llama.py LlamaAttention: no layer_types, no sliding_window -> every layer full
+    "llama-3.1-8b": (32, 0, 0), "llama-3.1-70b": (80, 0, 0), "llama-3.1-405b": (126, 0, 0),
+    # Qwen2Config: use_sliding_window false drops the window -> full
+    "qwen2.5-7b": (28, 0, 0), "qwen2.5-72b": (80, 0, 0), "qwen3-8b": (36, 0, 0), "qwen3-32b": (64, 0, 0),
+    "qwen3-30b-a3b": (48, 0, 0), "qwen3-235b-a22b": (94, 0, 0),
+    # sliding_window null -> full
+    "mixtral-8x7b": (32, 0, 0), "mixtral-8x22b": (56, 0, 0), "mistral-small-24b": (40, 0, 0),
+    "deepseek-v3": (61, 0, 0), "deepseek-r1": (61, 0, 0),
+    # engine/arg_utils.py: no layer_types -> CacheConfig.sliding_window = 4096 for every Attention
+    "mistral-7b-v0.1": (0, 32, 0),
+    # gpt_oss.py: `config.sliding_window if self.layer_idx % 2 == 0 else None`
+    "gpt-oss-20b": (12, 12, 0), "gpt-oss-120b": (18, 18, 0),
+    # gemma3.py: layer_types[layer_idx] == "sliding_attention"; Gemma3TextConfig: every 6th layer full
+    "gemma-3-27b": (10, 52, 0),
+    # llama4.py: ChunkedLocalAttention when `not self.nope and config.attention_chunk_size`; NoPE every 4th
+    "llama-4-scout": (12, 0, 36),
+}
+
+
+def test_every_catalog_model_has_its_layer_kinds_tested():
+    assert sorted(LAYER_KINDS) == model_catalog.catalog_names()
+
+
+@pytest.mark.parametrize("name", sorted(LAYER_KINDS))
+def test_catalog_layer_attention_kinds_follow_vllm(name):
+    spec = mc.load_model(name)
+    kinds = spec["layer_attention"]
+    assert len(kinds) == spec["layers"]
+    assert tuple(kinds.count(kind) for kind in ("full", "sliding", "chunked")) == LAYER_KINDS[name]
+    assert (spec["sliding_window"] is None) == ("sliding" not in kinds)
+    assert (spec["attention_chunk_size"] is None) == ("chunked" not in kinds)
+
+
+def test_layer_kind_patterns_and_sizes():
+    gpt = mc.load_model("gpt-oss-120b")
+    assert gpt["layer_attention"][:4] == ["sliding", "full", "sliding", "full"] and gpt["sliding_window"] == 128
+    gemma = mc.load_model("gemma-3-27b")
+    assert [i for i, kind in enumerate(gemma["layer_attention"]) if kind == "full"] == list(range(5, 62, 6))
+    assert gemma["sliding_window"] == 1024
+    scout = mc.load_model("llama-4-scout")
+    assert scout["layer_attention"][:4] == ["chunked", "chunked", "chunked", "full"]
+    assert (scout["attention_chunk_size"], scout["sliding_window"]) == (8192, None)
+    assert mc.load_model("mistral-7b-v0.1")["sliding_window"] == 4096
+
+
+@pytest.mark.parametrize(("changes", "kinds", "window"), [
+    ({"sliding_window": 8}, ["sliding"] * 4, 8),  # no layer_types: CacheConfig's window on every layer
+    ({"sliding_window": 0}, ["full"] * 4, None),  # vLLM turns a 0 window into None
+    ({"sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"] * 2},
+     ["sliding", "full"] * 2, 8),
+    ({"layer_types": ["sliding_attention"] * 4}, ["full"] * 4, None),  # no window: nothing slides
+    ({"model_type": "qwen2", "sliding_window": 8, "use_sliding_window": False}, ["full"] * 4, None),
+    ({"model_type": "qwen2", "sliding_window": 8, "use_sliding_window": True, "max_window_layers": 0},
+     ["sliding"] * 4, 8),
+    ({"model_type": "qwen3", "sliding_window": 8, "use_sliding_window": True, "max_window_layers": 4},
+     ["full"] * 4, None),
+    ({"model_type": "gemma2", "sliding_window": 8}, ["sliding", "full"] * 2, 8),  # Gemma2Config alternates
+])
+def test_layer_kinds_of_inline_configs(changes, kinds, window):
+    spec = mc.load_model({"config": tiny_llama(**changes)}, model_path="/m")
+    assert (spec["layer_attention"], spec["sliding_window"], spec["attention_chunk_size"]) == (kinds, window, None)
+
+
+def test_qwen_with_some_sliding_layers_is_refused_as_vllm_does():
+    config = tiny_llama(model_type="qwen2", sliding_window=8, use_sliding_window=True, max_window_layers=2)
+    with pytest.raises(mc.ModelConfigError, match="Sliding window for some but all layers is not supported"):
+        mc.load_model({"config": config}, model_path="/m")
+
+
+def test_llama4_empty_no_rope_layers_take_the_interval_default():
+    config = mc.model_catalog.lookup("llama-4-scout")[2]
+    config["text_config"]["no_rope_layers"] = []
+    config["text_config"]["attention_chunk_size"] = 1024
+    spec = mc.load_model({"config": config}, model_path="/m")
+    assert spec["layer_attention"].count("full") == 12 and spec["attention_chunk_size"] == 1024
+    config["text_config"]["attention_chunk_size"] = None  # an explicit null: no chunked layer
+    assert set(mc.load_model({"config": config}, model_path="/m")["layer_attention"]) == {"full"}
+
+
+# --------------------------------------------------------------------------- new architectures' shapes
+
+
+def test_gpt_oss_mxfp4_quantizes_only_the_experts():
+    spec = mc.load_model("gpt-oss-120b")
+    assert (spec["quantization"], spec["experts"], spec["experts_per_token"]) == ("mxfp4", 128, 4)
+    # 4-bit values plus one 8-bit scale per 32: 0.5 + 1/32 bytes per expert weight
+    assert spec["weight_bytes_per_param"] == pytest.approx(0.5 + 1 / 32)
+    non_expert, routed = mc.layer_bytes(spec, 0, 1)
+    assert routed == spec["params_routed_experts"] / 36 * (0.5 + 1 / 32)
+    # attention (with biases and sinks), router and norms stay bf16
+    hidden, q, kv = 2880, 64 * 64, 8 * 64
+    attention = hidden * q * 2 + 2 * hidden * kv + (q + 2 * kv + hidden) + 64
+    assert non_expert == 2 * (attention + hidden * 128 + 128 + 2 * hidden)
+    # the checkpoint is about 65 GB (60.8 GiB) on the hub
+    assert spec["weights_gib"] == pytest.approx(60.8, rel=0.01)
+    assert mc.load_model("gpt-oss-20b")["weights_gib"] == pytest.approx(12.8, rel=0.01)
+
+
+def test_experts_per_token_is_read_when_num_experts_per_tok_is_absent():
+    config = dict(model_catalog.lookup("gpt-oss-20b")[2])
+    del config["num_experts_per_tok"]
+    assert mc.load_model({"config": config}, model_path="/m")["experts_per_token"] == 4
+
+
+def test_llama4_moe_has_a_shared_expert_and_dense_layers_use_intermediate_size_mlp():
+    spec = mc.load_model("llama-4-scout")
+    assert (spec["experts"], spec["experts_per_token"], spec["moe_layers"]) == (16, 1, 48)
+    assert (spec["moe_intermediate_size"], spec["shared_expert_intermediate_size"]) == (8192, 8192)
+    assert spec["intermediate_size"] == 16384  # intermediate_size_mlp: the dense layers' width
+    config = model_catalog.lookup("llama-4-scout")[2]
+    config["text_config"]["interleave_moe_layer_step"] = 2  # Maverick's layout: every second layer MoE
+    spec = mc.load_model({"config": config}, model_path="/m")
+    assert spec["moe_layers"] == 24 and min(spec["_moe_layer_set"]) == 1
+
+
+def test_vision_towers_are_counted_from_vision_config():
+    # Llama-4-Scout's published per-tensor table: vision_model + multi_modal_projector = 871,932,416
+    assert mc.load_model("llama-4-scout")["vision_params"] == 871_932_416
+    gemma = mc.load_model("gemma-3-27b")
+    assert gemma["vision_params"] == pytest.approx(0.42e9, rel=0.02)  # SigLIP-So400m (~417M) + projector
+    assert gemma["tie_word_embeddings"] and gemma["vocab_size"] == 262208 and gemma["head_dim"] == 128
+    # the tower sits on every pipeline stage, TP shards its linear layers
+    first = mc.embedding_bytes(gemma, 1, first_stage=True, last_stage=False, pp=2)
+    middle = mc.embedding_bytes(gemma, 1, first_stage=False, last_stage=False, pp=3)
+    assert middle == pytest.approx(gemma["vision_params"] * 2) and first > middle
+    assert mc.embedding_bytes(gemma, 4, first_stage=False, last_stage=False, pp=3) < middle / 2
+    assert mc.load_model("llama-3.1-8b")["vision_params"] == 0
+
+
+def test_qwen3_and_gemma3_count_their_q_and_k_norms():
+    plain = mc.load_model({"config": tiny_llama()}, model_path="/m")["params"]
+    qwen3 = mc.load_model({"config": tiny_llama(model_type="qwen3")}, model_path="/m")["params"]
+    assert qwen3 - plain == 4 * 2 * 32  # q_norm + k_norm of head_dim per layer
