@@ -47,6 +47,8 @@ class LaunchMode:
     worker_processes_named = True
     #: What a plan node that runs no ``vllm serve`` runs instead (the plan's table says it).
     without_vllm = "no vllm serve"
+    #: vLLM's executor supports async scheduling, on by default on CUDA (one more batch in flight).
+    async_scheduling = True
 
     # ------------------------------------------------------------------ planning
 

@@ -40,6 +40,7 @@ class RayMode(LaunchMode):
     worker_lines_on_their_node = False
     worker_processes_named = False
     without_vllm = "ray start only"
+    async_scheduling = False  # vLLM 0.32's Ray executor does not support it
 
     def refuse_device(self, device):
         if device == "cpu":

