@@ -253,7 +253,13 @@ def check_plan(plan, request):
             for per_token in inputs["kv_bytes_per_token_by_stage"]
         )
         length = plan["targets"]["max_model_len"]
-        assert memory["kv_cache_tokens"] == int(blocks / math.ceil(length / block) * length)
+        per_request = inputs["kv_cache_groups"]["blocks_per_request"]
+        if all(group["kind"] == "full" for group in inputs["kv_cache_groups"]["groups"]):
+            assert per_request == math.ceil(length / block)
+        else:  # sliding groups take at most the window plus the tokens in flight, and never more than full ones
+            assert per_request <= sum(group["groups"] for group in inputs["kv_cache_groups"]["groups"]) * (
+                math.ceil(length / block) + 1)
+        assert memory["kv_cache_tokens"] == int(blocks / per_request * length)
         assert not plan["enable_expert_parallel"] and plan["backend"] == "mp"
         if pp > 1:
             assert all("--enforce-eager" not in node["argv"] for node in plan["nodes"])

@@ -44,6 +44,8 @@ def kv_dtype_bytes(spec, kv_cache_dtype):
 def layer_kinds(spec):
     """Each layer's KV kind as vLLM's KV cache manager keeps it: ``full`` or ``sliding``."""
     kinds = spec.get("layer_attention") or ["full"] * spec["layers"]
+    if spec.get("kv_bytes_per_token"):  # the operator's figure covers every layer: one full-attention group
+        return ["full"] * spec["layers"]
     if "chunked" in kinds:  # the hybrid manager is off by default with chunked local attention
         return ["full"] * spec["layers"]
     return list(kinds)
