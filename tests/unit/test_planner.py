@@ -579,6 +579,123 @@ def test_ray_plans_one_replica():
         build_plan("llama-3.1-8b", gpu_nodes(1, 8), overrides={"dp": 2, "backend": "ray"})
 
 
+# --------------------------------------------------------------------------- fits one GPU: DP replicas, not TP over PCIe
+
+L40S = ("NVIDIA L40S", 46068)
+A100_PCIE = ("NVIDIA A100 80GB PCIe", 81920)
+
+
+def q2_target_line(plan):
+    return next(line for line in plan["decision"] if line.startswith("Q2 Is one GPU enough for the target?"))
+
+
+@pytest.mark.parametrize(
+    ("gpu", "targets", "dp"),
+    [(L40S, {"concurrency_target": 64}, 3), (A100_PCIE, {"max_model_len": 32768}, 2)],
+    ids=["l40s-explicit-target", "a100-pcie-default-target"],
+)
+def test_a_model_that_fits_one_pcie_gpu_gets_dp_replicas_not_tp(gpu, targets, dp):
+    plan = build_plan("llama-3.1-8b", gpu_nodes(1, 4, gpu, nvlink=False), targets)
+    assert (plan["strategy"], plan["tp"], plan["pp"], plan["dp"]) == ("dp_replicas", 1, 1, dp)
+    argv = plan["nodes"][0]["argv"]
+    assert (flag(argv, "--data-parallel-size"), flag(argv, "--tensor-parallel-size")) == (str(dp), "1")
+    # One replica misses the target; the replicas together meet it.
+    assert plan["memory"]["max_concurrency"] < plan["targets"]["concurrency_target"]
+    assert dp * plan["memory"]["max_concurrency"] >= plan["targets"]["concurrency_target"]
+    assert "No: TP=1 fits with room for a full request" in q2_target_line(plan)
+    text = "\n".join(plan["decision"])
+    assert "TP over PCIe avoided: the GPUs share no NVLink" in text
+    assert f"the seed's answer is DP replicas, not a larger TP: {dp} replicas of TP=1" in text
+    assert not any("without NVLink" in warning for warning in plan["warnings"])
+
+
+def test_on_nvlink_tp_inside_the_node_may_meet_the_per_replica_target():
+    """NVLink: TP=2 pools two GPUs' KV into one replica at NVLink all-reduce cost; the same GPUs on PCIe get DP=2."""
+    nvlink = build_plan("llama-3.1-8b", gpu_nodes(1, 8, H100), {"max_model_len": 32768})
+    assert (nvlink["strategy"], nvlink["tp"], nvlink["dp"]) == ("tp", 2, 1)
+    assert nvlink["memory"]["max_concurrency"] >= 16
+    assert "No: TP=1 fits" in q2_target_line(nvlink)
+    assert any(line.startswith("NVLink exception to the seed's DP answer: the GPUs share NVLink") and "TP=2 meets it"
+               in line for line in nvlink["decision"])
+    pcie = build_plan("llama-3.1-8b", gpu_nodes(1, 8, H100, nvlink=False), {"max_model_len": 32768})
+    assert (pcie["strategy"], pcie["tp"], pcie["dp"]) == ("dp_replicas", 1, 2)
+
+
+def test_on_nvlink_dp_replicas_follow_when_tp_inside_the_node_misses_the_target():
+    plan = build_plan("llama-3.1-8b", gpu_nodes(2, 2, H100), {"max_model_len": 32768, "concurrency_target": 40})
+    # TP=2 holds 31 requests; TP x PP across the nodes is not used for a model that fits one GPU.
+    assert (plan["strategy"], plan["tp"], plan["pp"], plan["dp"], plan["nodes_used"]) == ("dp_replicas", 1, 1, 4, 2)
+    text = "\n".join(plan["decision"])
+    assert "TP inside the node (NVLink) does not reach the target either: tried TP=2" in text
+    assert "4 replicas of TP=1 (rounded up from 3 so they split evenly over the nodes)" in text
+
+
+def test_a_model_that_does_not_fit_one_pcie_gpu_still_gets_tp():
+    plan = build_plan("llama-3.1-70b", gpu_nodes(1, 8, L40S, nvlink=False))
+    assert (plan["strategy"], plan["tp"], plan["dp"]) == ("tp", 8, 1)
+    assert any(line.startswith("Q1 Does it fit on one GPU? no") for line in plan["decision"])
+    assert "TP over PCIe: the GPUs share no NVLink, but TP=1 does not fit, so TP=8 is needed" in plan["decision"][-3]
+    assert any("TP=8 runs without NVLink" in warning for warning in plan["warnings"])
+
+
+def test_a_pcie_target_dp_replicas_cannot_reach_is_an_error_naming_the_override():
+    with pytest.raises(PlanError) as error:
+        build_plan("llama-3.1-8b", gpu_nodes(1, 4, L40S, nvlink=False), {"concurrency_target": 200})
+    message = str(error.value)
+    assert "the target of 200 concurrent needs 9 replicas of TP=1 (24.5 concurrent each)" in message
+    assert "the cluster has 1 x 4 (TP over PCIe avoided: the GPUs share no NVLink; pin overrides.tp" in message
+    # A pinned TP is the operator's choice: the tree only decides what the pins leave open.
+    pinned = build_plan("llama-3.1-8b", gpu_nodes(1, 4, L40S, nvlink=False), {"concurrency_target": 48}, {"tp": 2})
+    assert pinned["tp"] == 2 and any("without NVLink" in warning for warning in pinned["warnings"])
+
+
+def test_the_default_target_beyond_the_replicas_plans_as_many_as_fit():
+    plan = build_plan("llama-3.1-8b", gpu_nodes(1, 2, L40S, nvlink=False), {"max_model_len": 32768})
+    assert (plan["strategy"], plan["tp"], plan["dp"]) == ("dp_replicas", 1, 2)
+    assert "3 replicas of TP=1 would reach the default target, but the cluster places at most 2" in "\n".join(
+        plan["decision"])
+    assert plan["warnings"][0] == (
+        "The default target of 16 concurrent requests is not reached: 12.2 over 2 replicas at 32,768 tokens."
+    )
+    one = build_plan("llama-3.1-8b", gpu_nodes(1, 1, L40S, nvlink=False), {"max_model_len": 32768})
+    assert (one["strategy"], one["dp"]) == ("single", 1)
+    assert any("cannot be planned: the cluster has a single GPU" in line for line in one["decision"])
+
+
+def test_backend_ray_plans_one_replica_instead_of_tp_over_pcie():
+    nodes = gpu_nodes(1, 4, L40S, nvlink=False)
+    plan = build_plan("llama-3.1-8b", nodes, {"max_model_len": 32768}, {"backend": "ray"})
+    assert (plan["strategy"], plan["tp"], plan["dp"]) == ("single", 1, 1)
+    assert any("backend ray plans one replica" in line for line in plan["decision"])
+    assert "default target" in plan["warnings"][0]
+    with pytest.raises(PlanError, match=r"needs 3 replicas of TP=1 .*use backend mp for DP replicas .*pin overrides.tp"):
+        build_plan("llama-3.1-8b", nodes, {"concurrency_target": 64}, {"backend": "ray"})
+
+
+def test_throughput_replicas_add_to_the_replicas_of_the_target():
+    nodes = gpu_nodes(1, 4, L40S, nvlink=False)
+    enough = build_plan("llama-3.1-8b", nodes, {"concurrency_target": 32, "throughput_need_tok_s": 5000,
+                                                "replica_throughput_tok_s": 5000})
+    assert enough["dp"] == 2  # the target's two replicas stay
+    more = build_plan("llama-3.1-8b", nodes, {"concurrency_target": 32, "throughput_need_tok_s": 5000,
+                                              "replica_throughput_tok_s": 2000})
+    assert more["dp"] == 3
+    assert any(line.startswith("Q2 Is one replica fast enough? No") for line in more["decision"])
+
+
+def test_the_kv_tokens_target_counts_over_the_replicas_on_pcie():
+    plan = build_plan("llama-3.1-8b", gpu_nodes(1, 8, H100, nvlink=False), {"kv_tokens_target": 900_000})
+    assert (plan["tp"], plan["dp"]) == (1, 2)
+    assert plan["dp"] * plan["memory"]["kv_cache_tokens"] >= 900_000
+    assert "fall short of the 900,000 KV tokens." in q2_target_line(plan)
+
+
+def test_moe_keeps_its_ep_dp_branch_when_it_fits_one_gpu():
+    moe = build_plan("mixtral-8x7b", gpu_nodes(1, 8, H200, nvlink=False), {"concurrency_target": 200})
+    assert moe["strategy"] == "ep_dp"
+    assert not any(line.startswith("Q2 Is one GPU enough") for line in moe["decision"])
+
+
 # --------------------------------------------------------------------------- MoE
 
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import gib
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.inputs import DEFAULT_CONCURRENCY_TARGET
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.layout import Candidate, tp_rule_violation
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.layout import (
+    Candidate,
+    target_words,
+    tp_rule_violation,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.memory import evaluate, summary
 
 
@@ -75,7 +79,10 @@ def decision(inputs, cand, ev, trace, default_missed, q2):
             answer = f"no: {e['why']}"
         lines.append(f"Q1 Does it fit on one GPU? {answer}.")
     steps = [c.step for c, _ in trace]
-    if cand.step == "single":
+    rule = getattr(inputs, "one_gpu_rule", None)
+    if rule is not None:
+        lines += _one_gpu_rule_lines(inputs, rule, cand, ev)
+    elif cand.step == "single":
         if q2 is None:
             lines.append("Q2 Is one GPU fast enough? No throughput need was given, so one replica is planned.")
     elif cand.step == "ep_dp":
@@ -104,9 +111,14 @@ def decision(inputs, cand, ev, trace, default_missed, q2):
                 f"Across nodes: TP stays inside a node and PP spans nodes: {cand.label()} on {cand.r} nodes "
                 f"({cand.local} ranks per node); {summary(inputs, ev)}."
             )
+        if single is not None and not single[1]["fits"] and _over_pcie(inputs, cand) and "tp" not in inputs.pins:
+            lines.append(
+                f"TP over PCIe: the GPUs share no NVLink, but TP=1 does not fit, so TP={cand.tp} is needed; "
+                "every all-reduce crosses PCIe."
+            )
     if q2 is not None:
         lines.append(q2)
-    if default_missed:
+    if default_missed and rule is None:
         lines.append(
             f"No layout reaches the default target; the first layout that fits is planned: {cand.label()} "
             f"with {ev['concurrency']:.1f} concurrent requests."
@@ -122,6 +134,60 @@ def decision(inputs, cand, ev, trace, default_missed, q2):
         f"{gib(ev['weights_max'])} GiB of weights and {gib(ev['kv_bytes_min'])} GiB of KV cache: "
         f"{ev['tokens']:,} KV tokens per replica, {ev['concurrency']:.2f} requests of {inputs.max_model_len:,} tokens."
     )
+    return lines
+
+
+def _over_pcie(inputs, cand):
+    return inputs.device == "cuda" and not inputs.nvlink and cand.tp > 1
+
+
+def _one_gpu_rule_lines(inputs, rule, cand, ev):
+    """The seed's "fits, but not enough" branch: DP replicas of TP=1; TP inside the node only over NVLink."""
+    single_ev = rule["single"][1]
+    asked = target_words(inputs, "concurrent requests")
+    default = " (the default target)" if inputs.target_is_default else ""
+    lines = [
+        f"Q2 Is one GPU enough for the target? No: TP=1 fits with room for a full request, but its "
+        f"{single_ev['concurrency']:.1f} concurrent requests ({single_ev['tokens']:,} KV tokens) fall short of "
+        f"the {asked}{default}."
+    ]
+    if rule["answer"] == "tp":
+        lines.append(
+            f"NVLink exception to the seed's DP answer: the GPUs share NVLink, so TP inside the node is tried first "
+            f"for the per-replica target (its all-reduce stays on NVLink) and {cand.label()} meets it; on PCIe-only "
+            f"GPUs DP replicas of TP=1 would be planned. Tried {_tried(inputs, rule['tried'])}."
+        )
+        return lines
+    if rule["nvlink"] and rule["tried"]:
+        lines.append(
+            f"TP inside the node (NVLink) does not reach the target either: tried {_tried(inputs, rule['tried'])}."
+        )
+    if not rule["nvlink"] and any(c.tp > 1 for c in rule["avoided"]):
+        lines.append(
+            "TP over PCIe avoided: the GPUs share no NVLink, so a larger TP would send every layer's all-reduce "
+            "over PCIe; on PCIe TP > 1 is planned only when TP=1 does not fit (pin overrides.tp to choose it anyway)."
+        )
+    if rule["answer"] == "single":
+        why = rule["refusal"] or f"the cluster has a single GPU ({rule['need']} replicas needed)"
+        lines.append(
+            f"The model fits one GPU, so the seed's answer is DP replicas, but they cannot be planned: {why}; one "
+            "TP=1 replica is planned below the default target."
+        )
+        return lines
+    dp = rule["dp"]
+    total = f"{dp * single_ev['concurrency']:.1f} concurrent requests ({dp * single_ev['tokens']:,} KV tokens)"
+    if rule["short"]:
+        lines.append(
+            f"The model fits one GPU, so the seed's answer is DP replicas: {rule['need']} replicas of TP=1 would "
+            f"reach the default target, but the cluster places at most {dp}, which hold {total} behind vLLM's "
+            "load balancer."
+        )
+    else:
+        rounded = f" (rounded up from {rule['need']} so they split evenly over the nodes)" if rule["rounded"] else ""
+        lines.append(
+            f"The model fits one GPU, so the seed's answer is DP replicas, not a larger TP: {dp} replicas of "
+            f"TP=1{rounded} hold {total} behind vLLM's load balancer, meeting the target together."
+        )
     return lines
 
 
@@ -158,9 +224,12 @@ def warnings(inputs, cand, ev, default_missed):
     """Things that work but deserve a look, most important first."""
     spec, found = inputs.spec, []
     if default_missed:
+        held = f"{ev['concurrency']:.1f}"
+        if cand.dp > 1 and getattr(inputs, "one_gpu_rule", None) is not None:
+            held = f"{cand.dp * ev['concurrency']:.1f} over {cand.dp} replicas"
         found.append(
             f"The default target of {DEFAULT_CONCURRENCY_TARGET} concurrent requests is not reached: "
-            f"{ev['concurrency']:.1f} at {inputs.max_model_len:,} tokens."
+            f"{held} at {inputs.max_model_len:,} tokens."
         )
     if cand.tp > 1 and not inputs.nvlink and inputs.device == "cuda":
         found.append(f"TP={cand.tp} runs without NVLink: every all-reduce crosses PCIe, expect poor TP scaling.")

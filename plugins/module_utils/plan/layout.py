@@ -2,9 +2,12 @@
 
 ``choose(inputs)`` walks the candidates in the tree's order (one GPU, EP + DP for
 MoE, TP inside a node, TP x PP inside a node, then across nodes) and returns the
-first that meets the target; ``scale_for_throughput`` answers Q2 with DP
-replicas; ``settle`` decides EPLB and the CPU's eager default once the layout is
-known. A layout that cannot be planned raises PlanError naming the numbers.
+first that meets the target. A dense model that fits one GPU but misses the
+target takes the seed's other branch ("fits, not fast enough"): DP replicas of
+TP=1 (``replicas_for_target``), with TP inside the node tried first only where
+the GPUs share NVLink. ``scale_for_throughput`` answers Q2 with DP replicas;
+``settle`` decides EPLB and the CPU's eager default once the layout is known. A
+layout that cannot be planned raises PlanError naming the numbers.
 
 Pure Python, no Ansible import.
 """
@@ -269,22 +272,38 @@ def _check_expert_pin(inputs, say, tp, pp, dp, ep):
 
 
 def choose(inputs):
-    """Walk the candidates; return (candidate, evaluation, trace, default_target_missed)."""
+    """Walk the candidates; return (candidate, evaluation, trace, default_target_missed).
+
+    Sets ``inputs.one_gpu_rule`` (None, or what ``replicas_for_target`` decided) for the decision path.
+    """
+    inputs.one_gpu_rule = None
     trace, first_fit, best_failed, placement_failures = [], None, None, []
+    rule = None  # set once TP=1 fits but misses the target and the fits-one-GPU rule decides the rest
     for cand in _ordered_candidates(inputs):
         if not _matches_pins(inputs, cand):
+            continue
+        if rule is not None and not (rule["nvlink"] and cand.step == "tp_in_node"):
+            rule["avoided"].append(cand)  # TP over PCIe; PP or several nodes for a model that fits one GPU
             continue
         if not place(inputs, cand):
             placement_failures.append(cand)
             continue
         ev = evaluate(inputs, cand)
         trace.append((cand, ev))
+        if rule is not None:
+            rule["tried"].append((cand, ev))
         if ev["fits"] and first_fit is None:
             first_fit = (cand, ev)
         if not ev["fits"] and (best_failed is None or ev["weights_max"] < best_failed[1]["weights_max"]):
             best_failed = (cand, ev)
         if ev["meets_target"]:
+            if rule is not None:
+                inputs.one_gpu_rule = dict(rule, answer="tp")
             return cand, ev, trace, False
+        if cand.step == "single" and _one_gpu_rule_applies(inputs, ev):
+            rule = {"nvlink": inputs.nvlink, "single": (cand, ev), "tried": [], "avoided": []}
+    if rule is not None:
+        return replicas_for_target(inputs, rule, trace)
     if first_fit is not None and inputs.target_is_default:
         return first_fit[0], first_fit[1], trace, True
     raise PlanError(_no_fit_message(inputs, trace, best_failed, first_fit, placement_failures))
@@ -325,6 +344,101 @@ def _no_fit_message(inputs, trace, best_failed, first_fit, placement_failures):
             f"{cand.world * cand.dp} GPUs in whole-node groups; the cluster has {inputs.n_nodes} x {inputs.gpus_per_node}"
         )
     return f"no layout{pinned} satisfies vLLM's rules for {where} (heads {spec['heads']}, KV heads {spec['kv_heads']})"
+
+
+# --------------------------------------------------------------------------- fits one GPU: DP, not TP over PCIe
+
+
+def _one_gpu_rule_applies(inputs, single_ev):
+    """The seed's "fits, but not enough": TP=1 holds the weights and a full request, but not the target.
+
+    Dense models on CUDA whose DP size the overrides leave open. MoE models keep their EP + DP branch
+    (their DP ranks share one world, not independent replicas); the CPU platform keeps its TP/PP path.
+    """
+    return (
+        inputs.device == "cuda"
+        and not inputs.spec["is_moe"]
+        and "dp" not in inputs.pins
+        and single_ev["fits"]
+        and not single_ev["meets_target"]
+    )
+
+
+def replicas_needed(inputs, ev):
+    """TP=1 replicas whose combined KV cache holds the target: concurrency and, when given, KV tokens."""
+    need = math.ceil(inputs.concurrency_target / ev["concurrency"] - 1e-9)
+    if inputs.kv_tokens_target is not None:
+        need = max(need, math.ceil(inputs.kv_tokens_target / ev["tokens"]))
+    return max(need, 2)
+
+
+def _placed_replicas(inputs, counts):
+    for count in counts:
+        trial = Candidate(1, 1, count, False, 1, 1, False, "dp_replicas")
+        if place(inputs, trial):
+            return trial
+    return None
+
+
+def replicas_for_target(inputs, rule, trace):
+    """Answer the target with DP replicas of TP=1, or say why not (choose's return value).
+
+    The fewest replicas whose KV caches together hold the target, rounded up until they split evenly
+    over whole nodes. An explicit target they cannot reach, or a launch mode without replicas, is an
+    error that names the override that overrules the rule; the default target falls back to as many
+    replicas as the cluster places (default target missed), or to one replica.
+    """
+    single, single_ev = rule["single"]
+    need = replicas_needed(inputs, single_ev)
+    total = inputs.n_nodes * inputs.gpus_per_node
+    rule.update(need=need, answer="dp", refusal=None, rounded=False, short=False)
+    inputs.one_gpu_rule = rule
+    each = f"{single_ev['concurrency']:.1f} concurrent"
+    if inputs.kv_tokens_target is not None:
+        each += f", {single_ev['tokens']:,} KV tokens"
+    unmet = f"{_target_text(inputs)} needs {need} replicas of TP=1 ({each} each)"
+    grown = _placed_replicas(inputs, range(need, total + 1))
+    if grown is None:
+        if not inputs.target_is_default:
+            raise PlanError(
+                f"{unmet} = {need} GPUs spread evenly over whole nodes; the cluster has {inputs.n_nodes} x "
+                f"{inputs.gpus_per_node}{_avoided_note(rule)}"
+            )
+        grown = _placed_replicas(inputs, range(total, 1, -1))
+        rule["short"] = True
+    refusal = inputs.mode.refuse_replicas(unmet) if grown is not None else None
+    if refusal and not inputs.target_is_default:
+        raise PlanError(f"{refusal}{_avoided_note(rule)}")
+    if grown is None or refusal:
+        rule.update(answer="single", refusal=refusal)
+        return single, single_ev, trace, True
+    rule.update(dp=grown.dp, rounded=grown.dp > need and not rule["short"])
+    return grown, evaluate(inputs, grown), trace, rule["short"]
+
+
+def _target_text(inputs):
+    return f"the {'default ' if inputs.target_is_default else ''}target of {target_words(inputs, 'concurrent')}"
+
+
+def target_words(inputs, unit):
+    """The target in words: the concurrency (unless only KV tokens were asked), the KV tokens when asked."""
+    parts = []
+    if inputs.kv_tokens_target is None or inputs.concurrency_target != 1:
+        parts.append(f"{inputs.concurrency_target:g} {unit}")
+    if inputs.kv_tokens_target is not None:
+        parts.append(f"{inputs.kv_tokens_target:,} KV tokens")
+    return " and ".join(parts)
+
+
+def _avoided_note(rule):
+    """Why an error offers no TP: the rule's reason, and the override that overrules it."""
+    if rule["nvlink"]:
+        if rule["tried"]:
+            return " (TP inside the node does not reach it either; pin overrides.tp and pp for TP x PP)"
+        return ""
+    if any(cand.tp > 1 for cand in rule["avoided"]):
+        return " (TP over PCIe avoided: the GPUs share no NVLink; pin overrides.tp to plan it anyway)"
+    return ""
 
 
 # --------------------------------------------------------------------------- Q2: throughput
@@ -378,6 +492,11 @@ def scale_for_throughput(inputs, cand, ev):
     need_text = inputs.request.setting("targets.throughput_need_tok_s", f"{inputs.throughput_need:,.0f}")
     if dp <= 1:
         return cand, ev, f"Q2 Is one replica fast enough? Yes: {inputs.throughput_need:,.0f} tok/s needed, {source}."
+    if dp <= cand.dp:
+        return cand, ev, (
+            f"Q2 Are the {cand.dp} replicas fast enough? Yes: {inputs.throughput_need:,.0f} tok/s needed, {source}: "
+            f"{dp} replicas would do."
+        )
     refusal = inputs.mode.refuse_replicas(f"{need_text} needs {dp} replicas ({source})")
     if refusal:
         raise PlanError(refusal)
@@ -390,8 +509,9 @@ def scale_for_throughput(inputs, cand, ev):
             grown = trial
             break
     if grown is None:
+        replica = Candidate(cand.tp, cand.pp, 1, False, cand.r, cand.local, cand.tp_across, cand.step)
         raise PlanError(
-            f"{need_text} needs {dp} replicas of {cand.label()} ({source}) = {dp * cand.world} GPUs spread "
+            f"{need_text} needs {dp} replicas of {replica.label()} ({source}) = {dp * cand.world} GPUs spread "
             f"evenly over whole nodes; the cluster has {inputs.n_nodes} x {inputs.gpus_per_node}"
         )
     rounded = (
