@@ -115,8 +115,9 @@ def serve_until_kv_line(runtime_python, plan, cache_dir, log_path=None):
 def test_params_from_shapes_equal_real_weights(runtime_python, tiny_llama, tmp_path):
     path, built = tiny_llama
     assert mc.load_model(str(path))["params"] == built["params"]
-    mixtral = build_tiny(runtime_python, "mixtral", tmp_path / "tiny-mixtral")
-    assert mc.load_model(str(tmp_path / "tiny-mixtral"))["params"] == mixtral["params"]
+    for kind, extra in (("mixtral", ()), ("qwen3_moe", ()), ("gemma3", ("--layers", str(GEMMA3_LAYERS)))):
+        built = build_tiny(runtime_python, kind, tmp_path / kind, *extra)
+        assert mc.load_model(str(tmp_path / kind))["params"] == built["params"], kind
 
 
 def test_pp_partition_equals_vllms_get_pp_indices(runtime_python):
