@@ -7,7 +7,9 @@ a seeded random generator (no hypothesis: its draws change between versions) ove
 catalog, random dense/MoE/MLA configs, CUDA and CPU clusters, pins, backends, targets and
 ports, plus the seed's example inventories. Regenerate only for a change that is meant to
 change plans, and say so in the commit. Saved: before the redesign (issue 16, which changed no
-plan), then for vLLM 0.32's profile batch in the CUDA reserve (issue 20: numbers of CUDA plans).
+plan), then for vLLM 0.32's profile batch in the CUDA reserve (issue 20: numbers of CUDA plans), then
+for issue 20's KV cache groups, kv_cache_dtype, the larger catalog (its models are drawn, so the random
+requests differ) and the fits-one-GPU rule (DP replicas, TP over PCIe avoided).
 """
 
 from __future__ import annotations

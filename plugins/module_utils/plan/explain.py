@@ -260,10 +260,11 @@ def warnings(inputs, cand, ev, default_missed):
         found.append(f"TP={cand.tp} crosses nodes (allow_tp_across_nodes): a lab layout, not a production one.")
     if inputs.gpu_memory_utilization > 0.95 and inputs.device == "cuda":
         found.append(f"gpu_memory_utilization {inputs.gpu_memory_utilization} leaves little room for other processes.")
-    if spec["sliding_window"] is not None and spec["sliding_window"] < inputs.max_model_len:
+    if "chunked" in (spec.get("layer_attention") or ()):
         found.append(
-            f"The model uses a {spec['sliding_window']}-token sliding window: vLLM may hold more tokens than planned "
-            "here."
+            f"{spec['name']} has chunked local attention ({spec['attention_chunk_size']} tokens): vLLM turns its "
+            "hybrid KV cache manager off for it by default, so every layer keeps every token, as planned here "
+            "(VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 would hold more, and is not planned)."
         )
     if inputs.device == "cuda":
         found.append(
