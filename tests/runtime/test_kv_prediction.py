@@ -145,7 +145,7 @@ def test_pp_partition_equals_vllms_get_pp_indices(runtime_python):
         assert [end - start for start, end in ranges] == mc.pp_partition(layers, pp), (layers, pp)
 
 
-def cpu_plan(path, max_model_len, tp):
+def cpu_plan(path, max_model_len, tp, kv_cache_dtype=None):
     """The plan for one 2-core lab node with 1 GiB of CPU KV space, served on 127.0.0.1 from dummy weights."""
     plan = build_plan(
         str(path),
@@ -162,6 +162,7 @@ def cpu_plan(path, max_model_len, tp):
         cpu_kvcache_space_gib=1,
         cpu_cores_per_node=2,
         load_format="dummy",
+        kv_cache_dtype=kv_cache_dtype,
         api_host="127.0.0.1",
         ports={"api": free_port()},
     )
@@ -202,6 +203,19 @@ def test_kv_tokens_equal_vllms_report(runtime_python, tiny_llama, tmp_path, tp, 
         )
         if row["process"] != "Worker":
             assert f"({row['process']} pid=" in log
+
+
+def test_fp8_kv_cache_doubles_the_tokens_as_vllm_reports(runtime_python, tiny_llama, tmp_path):
+    """--kv-cache-dtype fp8 on the CPU platform (AVX-512 or AMX; head_dim 32): one byte per value, exactly."""
+    path, _ = tiny_llama
+    plan = cpu_plan(path, 1000, 1, kv_cache_dtype="fp8")
+    argv = plan["nodes"][0]["argv"]
+    assert argv[argv.index("--kv-cache-dtype") + 1] == "fp8"
+    assert plan["memory"]["kv_cache_tokens"] == 2 * cpu_plan(path, 1000, 1)["memory"]["kv_cache_tokens"]
+
+    lines = serve_until_kv_line(runtime_python, plan, tmp_path / "vllm-cache")
+    line, tokens = reported_kv(lines)
+    assert_plan_predicts(plan, line, tokens)
 
 
 def test_moe_kv_tokens_equal_vllms_report(runtime_python, tmp_path):
