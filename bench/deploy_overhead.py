@@ -127,15 +127,19 @@ class Bench:
         return json.loads((REPO / "results" / f"bench-{self.name}" / "plan.json").read_text())
 
     def completion_ok(self, node: str) -> bool:
-        body = json.dumps({"model": "/srv/models/tiny-llama", "prompt": "The quick brown fox", "max_tokens": 4,
-                           "temperature": 0, "ignore_eos": True}).encode()
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key()}"}
-        request = urllib.request.Request(f"http://{self.address(node)}:8000/v1/completions", data=body,
-                                         headers=headers)
+        base = f"http://{self.address(node)}:8000/v1"
         try:
+            # The API's model id is the plan's served_model_name (the deployment's name by default): ask for it.
+            with urllib.request.urlopen(urllib.request.Request(f"{base}/models", headers=headers),
+                                        timeout=10) as response:
+                served = json.loads(response.read())["data"][0]["id"]
+            body = json.dumps({"model": served, "prompt": "The quick brown fox", "max_tokens": 4,
+                               "temperature": 0, "ignore_eos": True}).encode()
+            request = urllib.request.Request(f"{base}/completions", data=body, headers=headers)
             with urllib.request.urlopen(request, timeout=10) as response:
                 return json.loads(response.read())["usage"]["completion_tokens"] == 4
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError, KeyError):
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError, KeyError, IndexError):
             return False
 
     def api_key(self) -> str:

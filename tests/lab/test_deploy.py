@@ -39,6 +39,8 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / ".cache" / "models" / "tiny-llama"
 RUNTIME_PYTHON = REPO / ".venv-runtime" / "bin" / "python"
 VENV = "/opt/vllm-cluster/venv"
+# The API's model id: the lab's vllm_cluster_deployment (inventories/lab/group_vars), the default served name.
+SERVED_NAME = "lab-tiny-llama"
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 ONE_NODE_TP2 = ["-e", json.dumps({"vllm_cluster_gpus": {"count": 2, "name": "cpu", "memory_total_mib": 4096,
@@ -88,7 +90,7 @@ def row(lines: list[str], node: str, check: str) -> list[str]:
 
 def complete(lab, node: str) -> dict:
     """One completion from the controller through the node's management address (vLLM listens on all)."""
-    body = json.dumps({"model": "/srv/models/tiny-llama", "prompt": "The quick brown fox", "max_tokens": 4,
+    body = json.dumps({"model": SERVED_NAME, "prompt": "The quick brown fox", "max_tokens": 4,
                        "temperature": 0, "ignore_eos": True}).encode()
     request = urllib.request.Request(f"http://{lab.management_address(node)}:8000/v1/completions", data=body,
                                      headers={"Content-Type": "application/json",

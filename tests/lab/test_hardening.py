@@ -32,7 +32,8 @@ import pytest
 # Outside CI's time budget: scripts/test --extended runs it (docs/lab.md).
 pytestmark = [pytest.mark.lab_extended, pytest.mark.lab]
 REPO = Path(__file__).resolve().parents[2]
-MODEL = "/srv/models/tiny-llama"
+# The API's model id: the lab's vllm_cluster_deployment (inventories/lab/group_vars), the default served name.
+SERVED_NAME = "lab-tiny-llama"
 MODEL_SOURCE = REPO / ".cache" / "models" / "tiny-llama"
 RUNTIME_PYTHON = REPO / ".venv-runtime" / "bin" / "python"
 API_PORT = 8000
@@ -126,7 +127,7 @@ def served_max_model_len(lab) -> int | None:
 
 def completion(lab, key: str | None) -> tuple[int, dict]:
     return http(api_url(lab, "/v1/completions"), key=key,
-                body={"model": MODEL, "prompt": "The quick brown fox", "max_tokens": 4, "temperature": 0,
+                body={"model": SERVED_NAME, "prompt": "The quick brown fox", "max_tokens": 4, "temperature": 0,
                       "ignore_eos": True})
 
 
@@ -238,7 +239,7 @@ def test_api_requires_the_key(deployed):
     assert status == 401
     status, models = http(api_url(lab, "/v1/models"), key=lab.api_key, timeout=10)
     assert status == 200
-    assert models["data"][0]["id"] == MODEL
+    assert models["data"][0]["id"] == SERVED_NAME
     assert completion(lab, None)[0] == 401
     status, answer = completion(lab, lab.api_key)
     assert status == 200

@@ -53,6 +53,7 @@ def plan(request):
         "plan_version": PLAN_VERSION,
         "vllm_version": inputs.vllm_version,
         "deployment": inputs.deployment,
+        "served_model_name": inputs.served_model_names[0],
         "model": mc.public_view(inputs.spec),
         "cluster": _cluster(inputs),
         "targets": _targets(inputs),
@@ -67,6 +68,7 @@ def plan(request):
         "enforce_eager": inputs.enforce_eager,
         "kv_cache_dtype": inputs.kv_cache_dtype,
         "allow_tp_across_nodes": inputs.allow_tp_across_nodes,
+        "serve_args": inputs.serve_args,
         "world_size": cand.world,
         "nodes_used": cand.nnodes,
         "nodes": nodes,
@@ -123,6 +125,7 @@ def build_plan(
     kv_cache_dtype=None,
     enable_eplb=None,
     api_host=None,
+    serve_args=None,
     vllm_version=VLLM_VERSION,
 ):
     """Plan one deployment (docs/planner.md); the arguments are plan/request.py's INPUTS. Raises PlanError."""

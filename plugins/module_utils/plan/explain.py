@@ -6,7 +6,7 @@ Pure Python, no Ansible import.
 from __future__ import annotations
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import gib
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import GIB, gib
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.inputs import DEFAULT_CONCURRENCY_TARGET
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.layout import (
     Candidate,
@@ -276,4 +276,9 @@ def warnings(inputs, cand, ev, default_missed):
     found += inputs.mode.warnings()
     if inputs.eplb_disabled_reason:
         found.append(inputs.eplb_disabled_reason)
+    if getattr(inputs, "cpu_offload_bytes", 0):
+        found.append(
+            f"--cpu-offload-gb keeps up to {inputs.cpu_offload_bytes / GIB:g} GiB of each GPU's weights in CPU "
+            "memory: every forward pass reads them over the CPU-GPU link, expect slower decoding.")
+    found += getattr(inputs, "serve_warnings", [])
     return found

@@ -13,6 +13,7 @@ import re
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import serve_args
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import (
     NAME,
     PlanError,
@@ -209,6 +210,7 @@ def prepare(request):
 
     _prepare_targets(inputs, request, spec)
     _prepare_flags(inputs, request, spec)
+    serve_args.prepare(inputs, request)  # vLLM's own flags: may set the KV dtype, block size and weight bytes
     inputs.ports = check_ports(request, mode)
     return inputs
 

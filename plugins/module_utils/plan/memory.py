@@ -74,9 +74,20 @@ def sampler_bytes(spec, tokens, seqs):
     return logits + tokens * spec["hidden_size"] * spec["dtype_bytes"]
 
 
-def profile_batch(inputs, tp):
-    """What vLLM's profile run holds at its peak: the batch it runs and the larger of its two phases."""
+def batch_sizes(inputs):
+    """(max_num_batched_tokens, max_num_seqs) on CUDA: serve_args' values, else vLLM's serving defaults."""
     tokens, seqs = serving_batch_defaults(inputs.gpu_memory_bytes, inputs.gpu_name)
+    given_tokens, given_seqs = getattr(inputs, "max_num_batched_tokens", None), getattr(inputs, "max_num_seqs", None)
+    return (tokens if given_tokens is None else given_tokens), (seqs if given_seqs is None else given_seqs)
+
+
+def profile_batch(inputs, tp):
+    """What vLLM's profile run holds at its peak: the batch it runs and the larger of its two phases.
+
+    vLLM runs the forward pass on max_num_batched_tokens tokens and the sampler on
+    min(max_num_seqs, tokens) rows (serve_args' --max-num-batched-tokens / --max-num-seqs when given).
+    """
+    tokens, seqs = batch_sizes(inputs)
     forward = forward_activation_bytes(inputs.spec, tp, tokens)
     sampler = sampler_bytes(inputs.spec, tokens, seqs)
     return {"max_num_batched_tokens": tokens, "max_num_seqs": seqs,
@@ -123,7 +134,11 @@ def kv_bytes_per_layer(inputs, tp):
 
 
 def scheduled_tokens(inputs, cand):
-    """max_num_batched_tokens of vLLM's serving defaults (CPU: 2048 per rank, EngineArgs.get_batch_defaults)."""
+    """max_num_batched_tokens: serve_args' value, else vLLM's serving default (CPU: 2048 per rank,
+    EngineArgs.get_batch_defaults)."""
+    given = getattr(inputs, "max_num_batched_tokens", None)
+    if given is not None:
+        return given
     if inputs.device == "cpu":
         return CPU_BATCHED_TOKENS_PER_RANK * cand.world
     return serving_batch_defaults(inputs.gpu_memory_bytes, inputs.gpu_name)[0]
@@ -151,6 +166,8 @@ def evaluate(inputs, cand):
         weights = (count - moe_count) * dense + moe_count * (moe_non_expert + routed_share)
         weights += mc.embedding_bytes(spec, cand.tp, first_stage=stage == 0, last_stage=stage == cand.pp - 1,
                                       pp=cand.pp)
+        # --cpu-offload-gb: vLLM keeps up to that many GiB of each GPU's weights in CPU memory (UVA).
+        weights = max(0.0, weights - getattr(inputs, "cpu_offload_bytes", 0))
         per_token = kv_layout["layers_per_block_by_stage"][stage] * kv_per_layer  # one token row of a block
         if inputs.device == "cpu":
             kv_bytes = inputs.cpu_kvcache_space_gib * GIB
@@ -258,6 +275,8 @@ def memory_section(inputs, cand, ev):
         "blocks_per_request": ev["blocks_per_request"],
         "max_model_len": inputs.max_model_len,
     }
+    if getattr(inputs, "cpu_offload_bytes", 0):
+        memory_inputs["cpu_offload_gib_per_gpu"] = gib(inputs.cpu_offload_bytes)
     if inputs.device == "cpu":
         memory_inputs["cpu_kvcache_space_gib"] = inputs.cpu_kvcache_space_gib
     else:

@@ -11,6 +11,7 @@ Pure Python, no Ansible import.
 from __future__ import annotations
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import is_ip
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import serve_args
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import PlanError
 
 
@@ -78,7 +79,8 @@ def _cpu_binding(inputs, node_name, workers):
 
 
 def serve_argv(inputs, cand, node_rank, head_address):
-    """``vllm serve`` for one node: the model, port, sizes, targets, then the launch mode's arguments."""
+    """``vllm serve`` for one node: the model, port, sizes, targets, the served name, vLLM's own flags
+    (serve_args, sorted), then the launch mode's arguments (the only part that differs between nodes)."""
     spec, ports = inputs.spec, inputs.ports
     argv = ["vllm", "serve", spec["path"], "--port", str(ports["api"])]
     if inputs.api_host is not None:
@@ -98,6 +100,7 @@ def serve_argv(inputs, cand, node_rank, head_address):
         argv += ["--load-format", inputs.load_format]
     if inputs.kv_cache_dtype != "auto":
         argv += ["--kv-cache-dtype", inputs.kv_cache_dtype]
+    argv += serve_args.served_argv(inputs) + serve_args.argv(inputs)
     return argv + inputs.mode.executor_argv(cand.nnodes, cand.dp, node_rank, head_address, ports)
 
 

@@ -31,7 +31,7 @@ class Input:
     key: str  # where build_plan takes it: "model", "targets.max_model_len", "overrides.tp"
     variable: str | None  # the inventory variable (None: not an inventory input)
     flag: str | None  # the `vllm-cluster plan` flag (None: not on the command line)
-    kind: str  # int, number, bool, text, choice, mapping, model
+    kind: str  # int, number, bool, text, choice, mapping, model, serve_args
     help: str
     choices: tuple = ()
     default: object = None  # build_plan's default when the request leaves it out
@@ -90,6 +90,9 @@ INPUTS = (
     Input("enable_eplb", "vllm_cluster_enable_eplb", "--enable-eplb", "bool",
           "EPLB with expert parallel (default: on when the experts split evenly)"),
     Input("api_host", "vllm_cluster_api_host", "--api-host", "text", "address vLLM's API binds (vllm serve --host)"),
+    Input("serve_args", "vllm_cluster_serve_args", "--serve-arg", "serve_args",
+          "vLLM's own flags: a mapping of flag names without dashes to values (CLI: KEY=VALUE, repeatable); "
+          "the memory ones feed the planner, the plan's own are refused (docs/planner.md)"),
     Input("vllm_version", None, None, "text", "the vLLM release the plan targets", default=VLLM_VERSION),
 )
 BY_KEY = {spec.key: spec for spec in INPUTS}
@@ -97,7 +100,7 @@ SECTIONS = ("targets", "overrides")
 #: build_plan's arguments, in its order (error messages list them so).
 REQUEST_KEYS = ("model", "cluster", "targets", "overrides", "device", "ports", "deployment", "model_path",
                 "allow_tp_across_nodes", "cpu_kvcache_space_gib", "cpu_cores_per_node", "enforce_eager",
-                "load_format", "kv_cache_dtype", "enable_eplb", "api_host", "vllm_version")
+                "load_format", "kv_cache_dtype", "enable_eplb", "api_host", "serve_args", "vllm_version")
 #: Every inventory variable the plan reads.
 VARIABLES = tuple(spec.variable for spec in INPUTS if spec.variable)
 
@@ -211,11 +214,26 @@ class PlanRequest:
             return spec.flag + tail
         return (spec.label or spec.key) + tail
 
-    def setting(self, key, value):
-        """The input with its value, for a rule it breaks: ``tp=3``, ``vllm_cluster_tp=3 on node1``, ``--tp 3``."""
+    def setting(self, key, value, sub=None):
+        """The input with its value, for a rule it breaks: ``tp=3``, ``vllm_cluster_tp=3 on node1``, ``--tp 3``.
+
+        ``sub`` names one entry of a mapping input: ``vllm_cluster_serve_args.port=80 on node1``,
+        ``--serve-arg port=80``, ``serve_args.port=80``.
+        """
         spec = BY_KEY[key]
+        tail = f".{sub}" if sub else ""
         if self.origin == "inventory" and spec.variable:
-            return f"{spec.variable}={value}" + (f" on {self.host}" if self.host else "")
+            return f"{spec.variable}{tail}={value}" + (f" on {self.host}" if self.host else "")
         if self.origin == "cli" and spec.flag:
-            return f"{spec.flag} {value}"
-        return f"{spec.name}={value}"
+            return f"{spec.flag} {sub}={value}" if sub else f"{spec.flag} {value}"
+        return f"{spec.key if sub else spec.name}{tail}={value}"
+
+    def name(self, key, sub=None):
+        """The input's name without the host, for "use this instead": ``vllm_cluster_tp``, ``--tp``, ``overrides.tp``."""
+        spec = BY_KEY[key]
+        tail = f".{sub}" if sub else ""
+        if self.origin == "inventory" and spec.variable:
+            return spec.variable + tail
+        if self.origin == "cli" and spec.flag and not sub:
+            return spec.flag
+        return (spec.label or spec.key) + tail
