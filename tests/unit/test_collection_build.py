@@ -120,7 +120,7 @@ def test_the_artifact_holds_only_what_a_user_runs(artifact):
 def test_the_artifact_holds_everything_a_user_runs(artifact):
     with tarfile.open(artifact) as tar:
         names = set(tar.getnames())
-    for required in ("README.md", "meta/runtime.yml", "bin/vllm-cluster", "bin/vllm-cluster-report",
+    for required in ("README.md", "meta/runtime.yml", "meta/variables.yml", "bin/vllm-cluster", "bin/vllm-cluster-report",
                      "playbooks/deploy.yml", "playbooks/plan.yml", "plugins/modules/stage_stamp.py",
                      "plugins/filter/deploy_stage.yml", "plugins/module_utils/plan/build.py",
                      "roles/vllm_service/files/vllm-head-watch", "roles/vllm_service/templates/vllm.service.j2",

@@ -202,7 +202,7 @@ def test_plan_playbook_names_a_host_without_gpu_facts(tmp_path):
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(
         "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
-        "  children:\n    vllm_nodes:\n      hosts:\n        gpu-z:\n          vllm_cluster_gpus_typo: {}\n"
+        "  children:\n    vllm_nodes:\n      hosts:\n        gpu-z:\n          ansible_host: 192.0.2.9\n"
         "      vars:\n        vllm_cluster_model: llama-3.1-8b\n"
     )
     # gpu-z has no declared facts, so play 1 would gather them; limit the run to the controller play.
@@ -210,6 +210,49 @@ def test_plan_playbook_names_a_host_without_gpu_facts(tmp_path):
     assert result.returncode != 0
     failed = task(report, "Check that every node has GPU facts, declared or gathered")["localhost"]
     assert "host gpu-z has no GPU facts" in json.dumps(failed)
+
+
+CHECK = ("Check that every vllm_cluster_* and role variable is known and the same on every node "
+         "(vllm_ops.cluster.variable_problems)")
+
+
+def test_a_misspelled_variable_fails_the_plan_before_any_node_is_contacted(tmp_path):
+    """Issue 17: a misspelled variable was silently ignored. Now the first task, on the controller, names the host,
+    the value and the variable meant; no node is contacted (gpu-z declares no GPU facts: play 2 would gather them)."""
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_nodes": {
+        "hosts": {"gpu-z": {"ansible_host": "192.0.2.9", "vllm_cluster_gpus_typo": {}}},
+        "vars": {"vllm_cluster_model": "llama-3.1-8b", "vllm_cluster_tensor_parallel": 2}}}}}))
+    result, report = play(inventory)
+    assert result.returncode != 0, result.stdout[-2000:]
+    assert [entry["task"]["name"] for one_play in report["plays"] for entry in one_play["tasks"]] == [CHECK]
+    failed = task(report, CHECK)["localhost"]
+    assert failed["failed"] and failed["msg"] == [
+        "host gpu-z: vllm_cluster_gpus_typo={} is not a variable of vllm-cluster; did you mean vllm_cluster_gpus?",
+        "host gpu-z: vllm_cluster_tensor_parallel=2 is not a variable of vllm-cluster; did you mean vllm_cluster_tp?"]
+
+
+def test_a_planning_variable_set_per_host_must_agree_and_per_host_ones_may_differ(tmp_path):
+    gpus = {"count": 8, "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559, "nvlink": True}
+    hosts = {"gpu-a": {"ansible_host": "192.0.2.10", "vllm_cluster_fabric_address": "10.0.0.1",
+                       "vllm_cluster_max_model_len": 8192},
+             "gpu-b": {"ansible_host": "192.0.2.11", "vllm_cluster_fabric_address": "10.0.0.2",
+                       "vllm_cluster_max_model_len": 4096}}
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_nodes": {
+        "hosts": hosts, "vars": {"vllm_cluster_model": "llama-3.1-8b", "vllm_cluster_gpus": gpus,
+                                 "node_firewall_api_allowed_cidrs": ["10.0.0.0/8"]}}}}}))
+    result, report = play(inventory)
+    assert result.returncode != 0
+    assert task(report, CHECK)["localhost"]["msg"] == (
+        "vllm_cluster_max_model_len differs between the hosts of deployment vllm: gpu-a=8192, gpu-b=4096; "
+        "set it for the group (group_vars), not per host (the plan reads the head's value alone)")
+    # The same value on both (here: an extra var, which every host sees) plans; the addresses differ, as they must.
+    result, report = play(inventory, "-e", "vllm_cluster_max_model_len=4096")
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert task(report, CHECK)["localhost"].get("skipped")
+    plan = task(report, COMPUTE)["localhost"]["ansible_facts"]["__vllm_cluster_plan"]
+    assert [n["address"] for n in plan["cluster"]["nodes"]] == ["10.0.0.1", "10.0.0.2"]
 
 
 def test_the_plan_never_reads_facts_cached_by_an_earlier_run(tmp_path):

@@ -1,0 +1,278 @@
+"""The inventory variables vllm-cluster knows, and what is wrong with the ones a deployment sets.
+
+The known names are read from specs, never listed here: the planner's inputs
+(``request.VARIABLES``), every option of every entry point of every role's
+``meta/argument_specs.yml``, and the collection's own ``meta/variables.yml`` (the
+``vllm_cluster_*`` variables that are neither). Facts the roles and playbooks set
+(``set_fact``, ``register``: read from their task files) are known too: a later
+play of the same run sees them in hostvars. A name is checked when it starts
+with ``vllm_cluster_`` or with the name of a role that has an argument spec
+(``vllm_service_``, ...); names starting with ``_`` are internal, every other name
+(Ansible's own, the inventory's) is not ours to judge.
+
+``variable_problems`` returns one line per problem: a name no spec knows (with
+``difflib`` suggestions), and a deployment-wide ``vllm_cluster_*`` variable whose
+value differs between the deployment's hosts (the plan reads the head's alone).
+Variables whose spec says ``per_host: true`` (a NIC, an address, the GPUs) or
+``set_by`` (a fact the playbooks set) may differ.
+
+Pure Python (PyYAML, which Ansible brings, to read the specs); no Ansible import.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.request import BY_KEY, INPUTS
+
+COLLECTION = "vllm-cluster"
+PREFIX = "vllm_cluster_"
+COLLECTION_SPEC = "meta/variables.yml"
+REQUEST_SPEC = "plugins/module_utils/plan/request.py"
+#: A name that looks like a secret: its value is not shown even when no spec says no_log.
+SECRET = re.compile(r"(key|token|secret|passw|credential)", re.I)
+VALUE_WIDTH = 80
+
+
+@dataclass(frozen=True)
+class Known:
+    """One declared variable: where it is declared and how the check treats it."""
+
+    name: str
+    owner: str  # COLLECTION, or the role whose argument spec declares it
+    source: str  # the spec file, relative to the collection root
+    per_host: bool = False
+    set_by: str | None = None
+    no_log: bool = False
+    planning: bool = False  # a planner input (request.VARIABLES)
+
+    @property
+    def compared(self):
+        """Must be equal on every host of a deployment: a collection variable that is neither per host nor a fact."""
+        return self.owner == COLLECTION and self.name.startswith(PREFIX) and not self.per_host and not self.set_by
+
+
+def _role_specs(root):
+    for path in sorted((root / "roles").glob("*/meta/argument_specs.yml")):
+        yield path.parents[1].name, path
+
+
+def _known_at(root):
+    root = Path(root)
+    known = {}
+    for spec in INPUTS:
+        if spec.variable:
+            known[spec.variable] = Known(spec.variable, COLLECTION, REQUEST_SPEC, planning=True)
+    collection = yaml.safe_load((root / COLLECTION_SPEC).read_text()) or {}
+    for name, entry in (collection.get("variables") or {}).items():
+        entry = entry or {}
+        known.setdefault(name, Known(name, COLLECTION, COLLECTION_SPEC, per_host=bool(entry.get("per_host")),
+                                     set_by=entry.get("set_by"), no_log=bool(entry.get("no_log"))))
+    for role, path in _role_specs(root):
+        specs = (yaml.safe_load(path.read_text()) or {}).get("argument_specs") or {}
+        for entry_point in specs.values():
+            for name, option in ((entry_point or {}).get("options") or {}).items():
+                known.setdefault(name, Known(name, role, str(path.relative_to(root)),
+                                             no_log=bool((option or {}).get("no_log"))))
+    for name, owner, source in _set_by_the_code(root):
+        known.setdefault(name, Known(name, owner, source, set_by=source))
+    prefixes = {PREFIX: COLLECTION} | {f"{role}_": role for role, _path in _role_specs(root)}
+    return known, prefixes
+
+
+class _AnyTagLoader(yaml.SafeLoader):
+    """Reads task files whatever tags they hold (!unsafe, !vault): only the names matter here."""
+
+
+_AnyTagLoader.add_multi_constructor("!", lambda loader, _suffix, node: (
+    loader.construct_scalar(node) if isinstance(node, yaml.ScalarNode) else None))
+
+
+def _set_by_the_code(root):
+    """``(name, owner, file)`` of every fact a role's tasks or a playbook sets (set_fact) or registers.
+
+    They are outputs, not inputs: a later play of the same run (molecule's runtime.yml, then ray.yml) sees them
+    in hostvars, and the check must not call them unknown.
+    """
+    files = [(path.relative_to(root).parts[1], path) for path in sorted(root.glob("roles/*/tasks/**/*.yml"))]
+    files += [(path.relative_to(root).parts[1], path) for path in sorted(root.glob("roles/*/handlers/*.yml"))]
+    files += [(COLLECTION, path) for path in sorted(root.glob("playbooks/*.yml"))]
+    for owner, path in files:
+        source = str(path.relative_to(root))
+        stack = [yaml.load(path.read_text(), Loader=_AnyTagLoader)]  # noqa: S506 - a SafeLoader
+        while stack:
+            item = stack.pop()
+            if isinstance(item, list):
+                stack.extend(item)
+                continue
+            if not isinstance(item, dict):
+                continue
+            for action in ("ansible.builtin.set_fact", "set_fact"):
+                if isinstance(item.get(action), dict):
+                    yield from ((name, owner, source) for name in item[action] if name != "cacheable")
+            if isinstance(item.get("register"), str):
+                yield item["register"], owner, source
+            stack.extend(item.values())
+
+
+def known_variables(root):
+    """``{name: Known}`` of every declared variable, read from the specs under the collection ``root``."""
+    return dict(_known_at(str(root))[0])
+
+
+def checked_prefixes(root):
+    """``{prefix: owner}``: ``vllm_cluster_`` (the collection) and ``<role>_`` of every role with an argument spec."""
+    return dict(_known_at(str(root))[1])
+
+
+def _owner(name, prefixes):
+    matches = [prefix for prefix in prefixes if name.startswith(prefix)]
+    return prefixes[max(matches, key=len)] if matches else None
+
+
+def _acronym_matches(suffix, candidates):
+    """Known suffixes that abbreviate ``suffix`` (tensor_parallel -> tp) or that it abbreviates (gmu)."""
+    words = [word for word in suffix.split("_") if word]
+    acronyms = {"".join(word[0] for word in words[:count]) for count in range(2, len(words) + 1)}
+    found = [candidate for candidate in candidates if candidate in acronyms]
+    for candidate in candidates:
+        parts = [word for word in candidate.split("_") if word]
+        if len(parts) > 1 and "".join(word[0] for word in parts) == suffix and candidate not in found:
+            found.append(candidate)
+    return found
+
+
+def suggestions(name, known, prefix):
+    """Up to three known names of the same prefix that ``name`` probably meant, best first."""
+    suffix = name[len(prefix):]
+    suffixes = sorted(other[len(prefix):] for other in known if other.startswith(prefix))
+    close = difflib.get_close_matches(suffix, suffixes, n=3, cutoff=0.6)
+    ranked = _acronym_matches(suffix, suffixes) + close
+    if not ranked:  # a longer or shorter name around a known one: vllm_cluster_model_name, vllm_cluster_gpu
+        ranked = [other for other in suffixes if len(other) > 2 and (other in suffix or suffix in other)]
+    unique = list(dict.fromkeys(ranked))[:3]
+    return [prefix + match for match in unique]
+
+
+def show(value, hidden=False):
+    """A value as a message shows it: JSON-like, short, and never a secret."""
+    if hidden:
+        return "<hidden>"
+    if isinstance(value, _Unreadable):
+        return f"<{value}>"
+    try:
+        text = json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= VALUE_WIDTH else text[: VALUE_WIDTH - 3] + "..."
+
+
+class _Unreadable(str):
+    """A value that could not be read (its template failed); compared by its error, shown as <error>."""
+
+
+def unreadable(error):
+    """What a caller records for a variable whose value it could not read (the error's text)."""
+    return _Unreadable(f"cannot read it: {error}")
+
+
+def _hosts_text(hosts):
+    return ("host " if len(hosts) == 1 else "hosts ") + ", ".join(hosts)
+
+
+def _canonical(value):
+    if isinstance(value, _Unreadable):
+        return ("unreadable", str(value))
+    try:
+        return json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def unknown_problems(host_vars, known, prefixes):
+    """One line per unknown (name, value): the hosts that set it, the value, whose variable it is not, suggestions."""
+    found = {}
+    for host, variables in host_vars.items():
+        for name in variables:
+            if name.startswith("_") or name in known:
+                continue
+            owner = _owner(name, prefixes)
+            if owner is None:
+                continue
+            value = variables[name]
+            found.setdefault(name, {}).setdefault(_canonical(value), (value, []))[1].append(host)
+    problems = []
+    for name in sorted(found):
+        prefix = max((p for p in prefixes if name.startswith(p)), key=len)
+        owner = prefixes[prefix]
+        meant = suggestions(name, known, prefix)
+        hidden = bool(SECRET.search(name)) or any(known[m].no_log for m in meant)
+        whose = f"a variable of {COLLECTION}" if owner == COLLECTION else f"a variable of role {owner}"
+        if meant:
+            hint = "did you mean " + (meant[0] if len(meant) == 1 else ", ".join(meant[:-1]) + " or " + meant[-1]) + "?"
+        elif owner == COLLECTION:
+            hint = (f"the known ones are the planner's inputs ({REQUEST_SPEC}, INPUTS), {COLLECTION_SPEC} "
+                    "and the roles' meta/argument_specs.yml")
+        else:
+            hint = f"the known ones are in roles/{owner}/meta/argument_specs.yml (ansible-doc -t role vllm_ops.cluster.{owner})"
+        for value, hosts in found[name].values():
+            problems.append(f"{_hosts_text(hosts)}: {name}={show(value, hidden)} is not {whose}; {hint}")
+    return problems
+
+
+def divergence_problems(host_vars, known, deployment):
+    """One line per deployment-wide variable whose value is not the same on every host of the deployment."""
+    hosts = list(host_vars)
+    problems = []
+    if len(hosts) < 2:
+        return problems
+    for name in sorted(known):
+        spec = known[name]
+        if not spec.compared or not any(name in host_vars[host] for host in hosts):
+            continue
+        groups = {}
+        for host in hosts:
+            variables = host_vars[host]
+            value = variables[name] if name in variables else _NOT_SET
+            groups.setdefault(_canonical(value), (value, []))[1].append(host)
+        if len(groups) < 2:
+            continue
+        hidden = spec.no_log or bool(SECRET.search(name))
+        shown = []
+        for number, (value, group) in enumerate(groups.values(), 1):
+            text = "(not set)" if value is _NOT_SET else f"<hidden value {number}>" if hidden else show(value)
+            shown.append(", ".join(group) + "=" + text)
+        values = ", ".join(shown)
+        reads = ("the plan reads the head's value alone" if spec.planning
+                 else "every host must have the same value")
+        problems.append(f"{name} differs between the hosts of deployment {deployment}: {values}; "
+                        f"set it for the group (group_vars), not per host ({reads})")
+    return problems
+
+
+_NOT_SET = object()
+
+
+def deployment_name(host_vars):
+    """The deployment's name as the plan will read it: the head's (the first host's) vllm_cluster_deployment."""
+    spec = BY_KEY["deployment"]
+    for variables in host_vars.values():
+        value = variables.get(spec.variable) if hasattr(variables, "get") else None
+        return value if isinstance(value, str) and value else spec.default
+    return spec.default
+
+
+def variable_problems(host_vars, root, deployment=None):
+    """Every problem of a deployment's variables, as lines (empty: none).
+
+    ``host_vars`` is ``{host: {name: value}}`` for the deployment's hosts, in node order; only names with a checked
+    prefix need be present (and readable) - others are ignored. ``root`` is the collection's root directory.
+    """
+    known, prefixes = _known_at(str(root))
+    deployment = deployment or deployment_name(host_vars)
+    return unknown_problems(host_vars, known, prefixes) + divergence_problems(host_vars, known, deployment)
