@@ -9,7 +9,9 @@ ports, plus the seed's example inventories. Regenerate only for a change that is
 change plans, and say so in the commit. Saved: before the redesign (issue 16, which changed no
 plan), then for vLLM 0.32's profile batch in the CUDA reserve (issue 20: numbers of CUDA plans), then
 for issue 20's KV cache groups, kv_cache_dtype, the larger catalog (its models are drawn, so the random
-requests differ) and the fits-one-GPU rule (DP replicas, TP over PCIe avoided).
+requests differ) and the fits-one-GPU rule (DP replicas, TP over PCIe avoided), then for issue 17's
+vLLM flags: every argv gains `--served-model-name <deployment>` and every plan the keys
+`served_model_name` and `serve_args` (the requests are unchanged).
 """
 
 from __future__ import annotations

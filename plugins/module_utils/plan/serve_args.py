@@ -30,7 +30,12 @@ import math
 import re
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import GIB, PlanError, is_int, is_number
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import (
+    GIB,
+    PlanError,
+    is_int,
+    is_number,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.kv_cache import KV_CACHE_DTYPES
 
 KEY = re.compile(r"^[a-z0-9][a-z0-9-]*$")
