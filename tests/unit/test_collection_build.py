@@ -25,7 +25,7 @@ ANSIBLE_GALAXY = str(Path(sys.executable).with_name("ansible-galaxy"))
 
 # Everything the artifact may hold (full-path regular expressions).
 ALLOWED = [re.compile(pattern) for pattern in (
-    r"MANIFEST\.json", r"FILES\.json", r"README\.md", r"CHANGELOG\.md", r"meta/runtime\.yml",
+    r"MANIFEST\.json", r"FILES\.json", r"README\.md", r"CHANGELOG\.md", r"meta/runtime\.yml", r"meta/variables\.yml",
     r"bin/vllm-cluster", r"bin/vllm-cluster-report",
     r"plugins/(modules|filter|lookup)/[a-z_]+\.(py|yml)", r"plugins/module_utils/([a-z_]+/)*[a-z_]+\.py",
     r"roles/[a-z_]+/(defaults|vars|meta|tasks|handlers|templates|files)/[^/]+", r"roles/[a-z_]+/README\.md",
