@@ -37,6 +37,7 @@ REQUEST_SPEC = "plugins/module_utils/plan/request.py"
 #: A name that looks like a secret: its value is not shown even when no spec says no_log.
 SECRET = re.compile(r"(key|token|secret|passw|credential)", re.I)
 VALUE_WIDTH = 80
+_NOT_SET = object()  # a host that does not set a compared variable
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def _set_by_the_code(root):
     files += [(COLLECTION, path) for path in sorted(root.glob("playbooks/*.yml"))]
     for owner, path in files:
         source = str(path.relative_to(root))
-        stack = [yaml.load(path.read_text(), Loader=_AnyTagLoader)]  # noqa: S506 - a SafeLoader
+        stack = [yaml.load(path.read_text(), Loader=_AnyTagLoader)]  # a SafeLoader that keeps tagged values
         while stack:
             item = stack.pop()
             if isinstance(item, list):
@@ -130,9 +131,10 @@ def checked_prefixes(root):
     return dict(_known_at(str(root))[1])
 
 
-def _owner(name, prefixes):
+def _prefix_of(name, prefixes):
+    """The checked prefix ``name`` starts with (the longest), or None: not ours to judge."""
     matches = [prefix for prefix in prefixes if name.startswith(prefix)]
-    return prefixes[max(matches, key=len)] if matches else None
+    return max(matches, key=len) if matches else None
 
 
 def _acronym_matches(suffix, candidates):
@@ -201,14 +203,13 @@ def unknown_problems(host_vars, known, prefixes):
         for name in variables:
             if name.startswith("_") or name in known:
                 continue
-            owner = _owner(name, prefixes)
-            if owner is None:
+            if _prefix_of(name, prefixes) is None:
                 continue
             value = variables[name]
             found.setdefault(name, {}).setdefault(_canonical(value), (value, []))[1].append(host)
     problems = []
     for name in sorted(found):
-        prefix = max((p for p in prefixes if name.startswith(p)), key=len)
+        prefix = _prefix_of(name, prefixes)
         owner = prefixes[prefix]
         meant = suggestions(name, known, prefix)
         hidden = bool(SECRET.search(name)) or any(known[m].no_log for m in meant)
@@ -243,9 +244,15 @@ def divergence_problems(host_vars, known, deployment):
         if len(groups) < 2:
             continue
         hidden = spec.no_log or bool(SECRET.search(name))
-        shown = []
-        for number, (value, group) in enumerate(groups.values(), 1):
-            text = "(not set)" if value is _NOT_SET else f"<hidden value {number}>" if hidden else show(value)
+        shown, secrets = [], 0
+        for value, group in groups.values():
+            if value is _NOT_SET:
+                text = "(not set)"
+            elif hidden:
+                secrets += 1
+                text = f"<hidden value {secrets}>"
+            else:
+                text = show(value)
             shown.append(", ".join(group) + "=" + text)
         values = ", ".join(shown)
         reads = ("the plan reads the head's value alone" if spec.planning
@@ -255,15 +262,12 @@ def divergence_problems(host_vars, known, deployment):
     return problems
 
 
-_NOT_SET = object()
-
-
 def deployment_name(host_vars):
     """The deployment's name as the plan will read it: the head's (the first host's) vllm_cluster_deployment."""
     spec = BY_KEY["deployment"]
     for variables in host_vars.values():
         value = variables.get(spec.variable) if hasattr(variables, "get") else None
-        return value if isinstance(value, str) and value else spec.default
+        return value if isinstance(value, str) and value and not isinstance(value, _Unreadable) else spec.default
     return spec.default
 
 
