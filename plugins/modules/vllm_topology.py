@@ -52,7 +52,7 @@ options:
     default: 2.0
   restarts_allowed:
     description:
-      - While waiting, follow this many restarts by systemd (C(Restart=on-failure)) to the next start before
+      - While waiting, follow this many restarts by systemd (C(Restart=always)) to the next start before
         reporting the failed start as an error. The errors of every replaced start are kept in
         C(earlier_starts).
     type: int
@@ -240,7 +240,7 @@ def collect(module):
         unit = unit_state(module, params["unit"])
         watched = watched or unit["invocation_id"]
         if watched and unit["invocation_id"] and unit["invocation_id"] != watched:
-            # systemd restarted vLLM (Restart=on-failure): that start failed. Say why; follow the new
+            # systemd restarted vLLM (Restart=always): that start ended. Say why; follow the new
             # start while restarts_allowed lasts, else stop waiting.
             errors = vllm_logs.parse_log(read_journal(module, watched))["errors"] or [
                 {"process": None, "pid": None, "line": "vLLM exited and systemd restarted it"}
