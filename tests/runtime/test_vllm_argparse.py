@@ -11,7 +11,10 @@ harness rejects.
 """
 
 import json
+import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import PlanError, build_plan
@@ -33,6 +36,11 @@ ENGINE_FIELDS = (
     "distributed_executor_backend", "max_model_len", "gpu_memory_utilization", "enforce_eager", "load_format",
 )
 NAMESPACE_FIELDS = ("headless", "port", "host")
+# The serve args the property test draws (vLLM's dest names), as vLLM understood them.
+SERVE_ARG_FIELDS = (
+    "max_num_seqs", "enable_prefix_caching", "kv_cache_dtype", "served_model_name", "enable_lora",
+    "tool_call_parser", "enable_auto_tool_choice", "chat_template", "max_num_batched_tokens", "block_size",
+)
 
 
 def serve_parser():
@@ -61,6 +69,7 @@ def parse_serve(parser, commands, options, argv):
         return {"ok": False, "error": [f"{type(exc).__name__}: {exc}"], "inexact": inexact}
     values = {field: getattr(engine, field) for field in ENGINE_FIELDS}
     values.update({field: getattr(args, field) for field in NAMESPACE_FIELDS})
+    values["serve_args"] = {field: getattr(args, field, None) for field in SERVE_ARG_FIELDS}
     return {"ok": True, "values": values, "inexact": inexact}
 
 
@@ -139,7 +148,7 @@ TINY = {
 CPU = {"name": "cpu", "memory_total_mib": 8192}
 
 
-def seed_and_lab_plans():
+def seed_and_lab_plans(chat_template):
     plans = [
         build_plan("llama-3.1-8b", nodes(1, 1, H100), {"max_model_len": 8192, "gpu_memory_utilization": 0.9}),
         build_plan(
@@ -186,11 +195,57 @@ def seed_and_lab_plans():
             api_host="127.0.0.1",
         )
     )
+    # Issue 17's serve args, on the layouts whose argv differ most (one node, mp head and headless
+    # worker, ray head, the CPU lab).
+    tools = serve_args_example(chat_template)
+    plans += [
+        build_plan("llama-3.1-8b", nodes(1, 1, H100), {"max_model_len": 8192}, serve_args=tools),
+        build_plan("llama-3.1-405b", nodes(2, 8, H100, "ib0"), {"max_model_len": 8192}, serve_args=tools),
+        build_plan("llama-3.1-405b", nodes(2, 8, H100, "ib0"), {"max_model_len": 8192}, {"backend": "ray"},
+                   serve_args=tools),
+        build_plan(TINY, nodes(2, 1, CPU, "lab0", "cpu"), {"max_model_len": 512}, {"tp": 2}, device="cpu",
+                   model_path="/srv/tiny", allow_tp_across_nodes=True, cpu_cores_per_node=2, load_format="dummy",
+                   serve_args={"max-num-seqs": 8, "served-model-name": "tiny", "enable-prefix-caching": False}),
+    ]
     return plans
 
 
+def serve_args_example(chat_template):
+    """The issue's example: every kind of value (int, true, choice, text, a path vLLM checks exists)."""
+    return {
+        "max-num-seqs": 128,
+        "enable-prefix-caching": True,
+        "kv-cache-dtype": "fp8",
+        "served-model-name": "x",
+        "enable-lora": True,
+        "tool-call-parser": "hermes",
+        "enable-auto-tool-choice": True,
+        "chat-template": str(chat_template),
+    }
+
+
 @st.composite
-def plan_requests(draw):
+def serve_args_requests(draw, chat_template):
+    """A subset of vLLM flags with values vLLM accepts (the planner may still refuse a plan)."""
+    pool = {
+        "max-num-seqs": st.sampled_from([1, 64, 128, 256]),
+        "enable-prefix-caching": st.booleans(),
+        "kv-cache-dtype": st.sampled_from(["auto", "fp8"]),
+        "served-model-name": st.sampled_from(["x", "team-a/llama", "chat"]),
+        "enable-lora": st.just(True),
+        "chat-template": st.just(str(chat_template)),
+        "max-num-batched-tokens": st.sampled_from([2048, 8192, 16384]),
+        "block-size": st.sampled_from([16, 32]),
+    }
+    chosen = draw(st.sets(st.sampled_from(sorted(pool)), max_size=len(pool)))
+    args = {name: draw(pool[name]) for name in sorted(chosen)}
+    if draw(st.booleans()):
+        args.update({"tool-call-parser": "hermes", "enable-auto-tool-choice": True})
+    return args
+
+
+@st.composite
+def plan_requests(draw, chat_template):
     device = draw(st.sampled_from(["cuda", "cuda", "cpu"]))
     count = draw(st.integers(1, 4))
     gpus = draw(st.sampled_from([1, 2, 4, 8]))
@@ -244,14 +299,15 @@ def plan_requests(draw):
         "api_host": draw(st.sampled_from([None, "0.0.0.0"])),
         "allow_tp_across_nodes": device == "cpu" and draw(st.booleans()),
         "cpu_cores_per_node": 16 if device == "cpu" else None,
+        "serve_args": draw(serve_args_requests(chat_template)) if draw(st.sampled_from([True, True, False])) else None,
     }
 
 
-def generated_plans(wanted):
+def generated_plans(wanted, chat_template):
     plans = []
 
     @settings(max_examples=wanted * 4, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(request=plan_requests())
+    @given(request=plan_requests(chat_template))
     def collect(request):
         if len(plans) >= wanted:
             return
@@ -288,6 +344,15 @@ def expected_values(plan, node):
     }
 
 
+def expected_serve_args(plan):
+    """What vLLM must understand from the plan's serve args (vLLM's dest names); the served name always."""
+    expected = {"served_model_name": [plan["served_model_name"]]}
+    for name, value in (plan.get("serve_args") or {}).items():
+        field = name.replace("-", "_")
+        expected[field] = [value] if field == "served_model_name" else value
+    return expected
+
+
 def parse_batch(runtime_python, tmp_path, batch):
     harness = tmp_path / "parse_argv.py"
     harness.write_text(HARNESS)
@@ -304,8 +369,14 @@ def parse_batch(runtime_python, tmp_path, batch):
 
 
 def test_every_emitted_argv_is_accepted_by_vllm_and_ray(runtime_python, tmp_path):
-    plans = seed_and_lab_plans() + generated_plans(300)
+    chat_template = tmp_path / "t.jinja"  # vLLM's serve validation reads it: it must exist
+    chat_template.write_text("{% for message in messages %}{{ message['content'] }}{% endfor %}")
+    plans = seed_and_lab_plans(chat_template) + generated_plans(300, chat_template)
     assert len(plans) >= 300
+    with_serve_args = [plan for plan in plans if plan.get("serve_args")]
+    assert len(with_serve_args) >= 50, len(with_serve_args)
+    drawn = {name for plan in with_serve_args for name in plan["serve_args"]}
+    assert set(serve_args_example(chat_template)) | {"max-num-batched-tokens", "block-size"} <= drawn
     strategies = {plan["strategy"] for plan in plans}
     assert strategies == {"single", "tp", "tp_pp", "dp_replicas", "ep_dp"}
     assert {plan["backend"] for plan in plans} == {"mp", "ray"}
@@ -334,6 +405,8 @@ def test_every_emitted_argv_is_accepted_by_vllm_and_ray(runtime_python, tmp_path
         if kind == "serve":
             for key, expected in expected_values(plan, node).items():
                 assert values[key] == expected, (key, argv)
+            for key, expected in expected_serve_args(plan).items():
+                assert values["serve_args"][key] == expected, (key, argv)
             assert values["load_format"] == (
                 argv[argv.index("--load-format") + 1] if "--load-format" in argv else "auto"
             )
@@ -353,3 +426,52 @@ def test_every_emitted_argv_is_accepted_by_vllm_and_ray(runtime_python, tmp_path
         "--tensor-parallel"
     ]  # argparse may take the prefix; the exact check does not
     assert not ray_invented["ok"] and "--invented-flag" in ray_invented["error"][0]
+
+
+# The node-side check (module vllm_argv_check, run by vllm_service's preflight) with the real runtime:
+# each host of the play is one node of a lab plan, the play in check mode.
+REPO = Path(__file__).resolve().parents[2]
+MODULE_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+
+
+def lab_plan(serve_args):
+    return build_plan(TINY, nodes(2, 1, CPU, "lab0", "cpu"), {"max_model_len": 512}, {"tp": 2}, device="cpu",
+                      model_path="/srv/tiny", allow_tp_across_nodes=True, cpu_cores_per_node=2,
+                      load_format="dummy", serve_args=serve_args)
+
+
+def test_the_node_check_rejects_a_bad_value_and_an_unknown_flag_with_vllms_message(runtime_python, tmp_path):
+    chat_template = tmp_path / "t.jinja"
+    chat_template.write_text("{{ messages }}")
+    good = lab_plan(serve_args_example(chat_template))["nodes"][1]["argv"]  # the headless worker's
+    lots = lab_plan({"max-num-seqs": 8})["nodes"][0]["argv"]
+    lots[lots.index("--max-num-seqs") + 1] = "lots"  # the planner refuses it itself; the node check must too
+    invented = lab_plan({"invented-flag": 1})["nodes"][1]["argv"]  # the planner passes unknown flags through
+    assert "--headless" in good and "--invented-flag" in invented
+    hosts = {"node1": good, "node2": lots, "node3": invented}
+    inventory = {"all": {"hosts": {host: {"ansible_connection": "local", "ansible_python_interpreter": MODULE_PYTHON,
+                                          "check_argv": argv} for host, argv in hosts.items()}}}
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    play = [{"name": "argv check", "hosts": "all", "gather_facts": False, "check_mode": True, "tasks": [
+        {"name": "check", "ignore_errors": True, "vllm_ops.cluster.vllm_argv_check": {
+            "host": "{{ inventory_hostname }}", "argv": "{{ check_argv }}", "venv": str(runtime_python.parents[1]),
+            "deployed_plan": str(tmp_path / "absent" / "plan.json")}}]}]
+    (tmp_path / "play.json").write_text(json.dumps(play))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"), ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_CACHE_PLUGIN="memory")
+    completed = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp_path / "inventory.json"),
+         "-f", "3", str(tmp_path / "play.json")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
+    report = json.loads(completed.stdout)
+    results = report["plays"][0]["tasks"][0]["hosts"]
+    assert not results["node1"].get("failed"), results["node1"].get("msg")
+    assert results["node1"]["changed"] is False and results["node1"]["checked"] is True
+    assert results["node1"]["vllm_version"].startswith("0.32")
+    assert results["node2"]["msg"] == (
+        "host node2: vllm serve rejects --max-num-seqs lots: argument --max-num-seqs: invalid int value: 'lots'")
+    assert results["node3"]["msg"] == (
+        "host node3: vllm serve rejects --invented-flag 1: unrecognized arguments: --invented-flag 1")
+    for host in hosts:
+        print(host, results[host].get("seconds"), results[host].get("import_s"))  # the check's cost (-s shows it)
