@@ -13,10 +13,10 @@ description:
     C(vllm serve) parser exactly as the C(vllm) command does, parses O(argv),
     runs the serve subcommand's own validation and C(AsyncEngineArgs.from_cli_args).
     Nothing is started and no model is read.
-  - A rejected argv fails with one message naming the host, the flag, its value
+  - "A rejected argv fails with one message naming the host, the flag, its value
     and vLLM's own message, for example
     C(host node3: vllm serve rejects --max-num-seqs lots: argument --max-num-seqs: invalid int value: 'lots').
-    A flag spelled only as an abbreviation of a vLLM flag is rejected too.
+    A flag spelled only as an abbreviation of a vLLM flag is rejected too."
   - Importing vLLM imports torch, so a check takes seconds. It is skipped when
     O(deployed_plan) holds O(plan_argv) for O(host) and C(bin/vllm) of O(venv)
     is not newer than that file (the runtime was not reinstalled since).
