@@ -257,3 +257,31 @@ def test_a_runtime_that_answers_nothing_or_is_missing_fails_naming_it(runs):
                              "expected the vLLM runtime venv")
     result, _venv = runs["not-serve"]
     assert result["msg"] == "host node1: the argv to check must start with 'vllm serve', got ['ray', 'start']"
+
+
+def test_the_preflight_skips_the_module_when_plan_json_is_this_plan(tmp_path):
+    """vllm_service's plan text (vars/main.yml), written as configure.yml writes it, hashes as host_state reads it."""
+    plan = {"deployment": "lab", "nodes": [{"host": "node1", "argv": ARGV, "env": {"A": "1"}}], "note": "a 'b' \"c\"",
+            "x": 1.5}
+    dest = tmp_path / "plan.json"
+    play = [{"name": "plan text", "hosts": "localhost", "gather_facts": False,
+             "vars": {"vllm_service_plan": plan, "vllm_service_config_dir": str(tmp_path)},
+             "tasks": [
+                 {"name": "vars", "ansible.builtin.include_vars": str(REPO / "roles/vllm_service/vars/main.yml")},
+                 {"name": "write", "vllm_ops.cluster.managed_files": {"files": [
+                     {"dest": "{{ __vllm_service_plan_path }}", "content": "{{ __vllm_service_plan_text }}",
+                      "mode": "0644"}]}},
+                 {"name": "read", "vllm_ops.cluster.host_state": {"checksums": ["{{ __vllm_service_plan_path }}"]},
+                  "register": "__vllm_service_host"},
+                 {"name": "compare", "ansible.builtin.assert": {"that": [
+                     "__vllm_service_host['paths'][__vllm_service_plan_path]['sha256']"
+                     " == (__vllm_service_plan_text | hash('sha256'))"]}},
+             ]}]
+    (tmp_path / "play.json").write_text(json.dumps(play))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "local"),
+               ANSIBLE_HOME=str(tmp_path / "home"), ANSIBLE_NOCOLOR="1", ANSIBLE_CACHE_PLUGIN="memory")
+    completed = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local",
+                                "-e", f"ansible_python_interpreter={MODULE_PYTHON}", str(tmp_path / "play.json")],
+                               cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-2000:]
+    assert json.loads(dest.read_text()) == plan and dest.read_text().endswith("}\n")
