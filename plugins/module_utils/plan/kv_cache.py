@@ -112,8 +112,8 @@ def summary(kv_layout, spec):
     """The plan's view of the groups: kinds, counts and what one request takes from each."""
     kinds = {}
     for group, blocks in zip(kv_layout["groups"], kv_layout["blocks_per_request_by_group"], strict=True):
-        entry = kinds.setdefault(group["kind"], {"kind": group["kind"], "groups": 0, "layers": 0,
-                                                  "blocks_per_request": blocks})
+        entry = kinds.setdefault(
+            group["kind"], {"kind": group["kind"], "groups": 0, "layers": 0, "blocks_per_request": blocks})
         entry["groups"] += 1
         entry["layers"] += group["layers"]
     view = {

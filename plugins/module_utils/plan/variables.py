@@ -27,7 +27,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.request import BY_KEY, INPUTS
 
 COLLECTION = "vllm-cluster"
@@ -69,6 +68,7 @@ def _known_at(root):
     for spec in INPUTS:
         if spec.variable:
             known[spec.variable] = Known(spec.variable, COLLECTION, REQUEST_SPEC, planning=True)
+    yaml = _yaml()
     collection = yaml.safe_load((root / COLLECTION_SPEC).read_text()) or {}
     for name, entry in (collection.get("variables") or {}).items():
         entry = entry or {}
@@ -86,12 +86,23 @@ def _known_at(root):
     return known, prefixes
 
 
-class _AnyTagLoader(yaml.SafeLoader):
-    """Reads task files whatever tags they hold (!unsafe, !vault): only the names matter here."""
+def _yaml():
+    """PyYAML, imported when the check runs: on the controller, which has it (a target host need not)."""
+    import yaml
+
+    return yaml
 
 
-_AnyTagLoader.add_multi_constructor("!", lambda loader, _suffix, node: (
-    loader.construct_scalar(node) if isinstance(node, yaml.ScalarNode) else None))
+def _any_tag_loader():
+    """A SafeLoader for task files whatever tags they hold (!unsafe, !vault): only the names matter here."""
+    yaml = _yaml()
+
+    class AnyTagLoader(yaml.SafeLoader):
+        pass
+
+    AnyTagLoader.add_multi_constructor("!", lambda loader, _suffix, node: (
+        loader.construct_scalar(node) if isinstance(node, yaml.ScalarNode) else None))
+    return AnyTagLoader
 
 
 def _set_by_the_code(root):
@@ -103,9 +114,10 @@ def _set_by_the_code(root):
     files = [(path.relative_to(root).parts[1], path) for path in sorted(root.glob("roles/*/tasks/**/*.yml"))]
     files += [(path.relative_to(root).parts[1], path) for path in sorted(root.glob("roles/*/handlers/*.yml"))]
     files += [(COLLECTION, path) for path in sorted(root.glob("playbooks/*.yml"))]
+    yaml, loader = _yaml(), _any_tag_loader()
     for owner, path in files:
         source = str(path.relative_to(root))
-        stack = [yaml.load(path.read_text(), Loader=_AnyTagLoader)]  # a SafeLoader that keeps tagged values
+        stack = [yaml.load(path.read_text(), Loader=loader)]  # a SafeLoader that keeps tagged values
         while stack:
             item = stack.pop()
             if isinstance(item, list):
