@@ -236,7 +236,9 @@ def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
 # The lab modules' order in a run: the own-lab modules first, then the shared lab's
 # users, from the module that installs and deploys to Molecule, whose destroy ends it.
 MODULE_ORDER = ("test_lab.py", "test_faults_preflight_network.py", "test_deploy.py", "test_collection.py",
-                "test_benchmark.py", "test_doctor.py", "test_hardening.py", "test_runtime_ray.py", "test_molecule.py")
+                "test_self_healing.py", "test_benchmark.py", "test_doctor.py", "test_hardening.py",
+                "test_runtime_ray.py", "test_molecule.py")
+LAST = MODULE_ORDER.index("test_molecule.py")  # Molecule's destroy ends the shared lab: nothing may follow it
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -245,7 +247,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if path.parent != Path(__file__).parent:
             return (0, 0)
         name = path.name
-        return (1, MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER) - 1)
+        return (1, MODULE_ORDER.index(name) if name in MODULE_ORDER else LAST - 0.5)  # a new module: before it
     items.sort(key=rank)  # stable: the order inside a module stays
 
 
