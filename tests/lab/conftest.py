@@ -24,7 +24,7 @@ API of the `lab` fixture (module scope; one lab per module, so modules can run i
     lab.node(node, "poweroff" | "start" | "reboot")
     lab.status() -> dict                                                 `lab status --json`
     lab.down() -> CompletedProcess                                       idempotent; teardown calls it
-    lab.ansible_env() -> dict, lab.ansible_playbook(playbook, *args, check=True, timeout=1800)
+    lab.ansible_env() -> dict, lab.ansible_playbook(playbook, *args, check=True, timeout=1800, inventory=None)
 For a second lab or another scope: the `make_lab` fixture, `with make_lab("t2", nodes=1) as other:`.
 
 The `shared_lab` fixture (session scope, 3 nodes) is one lab for every module that
@@ -152,9 +152,9 @@ class Lab:
         env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(fact_cache(self.name))
         return env
 
-    def ansible_playbook(self, playbook: str, *args: str, check: bool = True,
-                         timeout: float = 1800) -> subprocess.CompletedProcess:
-        argv = [str(CONTROLLER_BIN / "ansible-playbook"), "-i", str(self.inventory), playbook, *args]
+    def ansible_playbook(self, playbook: str, *args: str, check: bool = True, timeout: float = 1800,
+                         inventory: Path | None = None) -> subprocess.CompletedProcess:
+        argv = [str(CONTROLLER_BIN / "ansible-playbook"), "-i", str(inventory or self.inventory), playbook, *args]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
                               cwd=REPO, env=self.ansible_env())
         if check and proc.returncode != 0:
@@ -236,7 +236,7 @@ def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
 # The lab modules' order in a run: the own-lab modules first, then the shared lab's
 # users, from the module that installs and deploys to Molecule, whose destroy ends it.
 MODULE_ORDER = ("test_lab.py", "test_faults_preflight_network.py", "test_deploy.py", "test_collection.py",
-                "test_self_healing.py", "test_benchmark.py", "test_doctor.py", "test_hardening.py",
+                "test_self_healing.py", "test_fleet.py", "test_benchmark.py", "test_doctor.py", "test_hardening.py",
                 "test_runtime_ray.py", "test_molecule.py")
 LAST = MODULE_ORDER.index("test_molecule.py")  # Molecule's destroy ends the shared lab: nothing may follow it
 

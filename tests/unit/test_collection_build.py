@@ -29,7 +29,7 @@ ALLOWED = [re.compile(pattern) for pattern in (
     r"bin/vllm-cluster", r"bin/vllm-cluster-report",
     r"plugins/(modules|filter|lookup)/[a-z_]+\.(py|yml)", r"plugins/module_utils/([a-z_]+/)*[a-z_]+\.py",
     r"roles/[a-z_]+/(defaults|vars|meta|tasks|handlers|templates|files)/[^/]+", r"roles/[a-z_]+/README\.md",
-    r"playbooks/[a-z_]+\.yml",
+    r"playbooks/(tasks/)?[a-z_]+\.yml",
     r"docs/([a-z_-]+/)*[a-zA-Z0-9_.-]+\.md",
     r"inventories/examples/.+", r"inventories/prod\.example/.+",
 )]

@@ -180,6 +180,11 @@ def test_deployed_plan_yml_reads_back_when_a_node_holds_no_plan_json(tmp_path):
 
     plays = yaml.safe_load((REPO / "playbooks" / "deployed_plan.yml").read_text())
     read_play, judge_play = (play for play in plays if "ansible.builtin.import_playbook" not in play)
+    # plan.yml's first task finds the deployments the judge play loops over (one here: vllm).
+    fleet_task = yaml.safe_load((REPO / "playbooks" / "plan.yml").read_text())[0]["tasks"][0]
+    fleet_play = {"name": "fleet", "hosts": "localhost", "connection": "local", "gather_facts": False,
+                  "tasks": [fleet_task]}
+    (tmp_path / "tasks").symlink_to(REPO / "playbooks" / "tasks")  # the judge play's include_tasks
     deployed, inventory = lab_plan({"tp": 2}), lab_plan({"tp": 1, "pp": 2})
     (tmp_path / "node1").mkdir()
     (tmp_path / "node1" / "plan.json").write_text(json.dumps(deployed))
@@ -187,7 +192,7 @@ def test_deployed_plan_yml_reads_back_when_a_node_holds_no_plan_json(tmp_path):
                     "vllm_service_config_dir": str(tmp_path / node)} for node in ("node1", "node2")}
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(
         {"all": {"children": {"vllm_nodes": {"hosts": hosts}}, "vars": {"vllm_cluster_plan": inventory}}}))
-    (tmp_path / "playbook.yml").write_text(yaml.safe_dump([read_play, judge_play]))
+    (tmp_path / "playbook.yml").write_text(yaml.safe_dump([fleet_play, read_play, judge_play]))
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
     proc = subprocess.run([str(ANSIBLE.parent / "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"),
                            str(tmp_path / "playbook.yml")], capture_output=True, text=True, env=env, timeout=300,

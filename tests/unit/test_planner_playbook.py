@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "inventories" / "examples"
 PLAYBOOK = REPO / "playbooks" / "plan.yml"
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
+SET_ON = "Set vllm_cluster_plan and the deployment's hosts on each of its nodes"
 COMPUTE = "Compute the plan from the head's variables and the nodes (vllm_ops.cluster.plan_from_inventory)"
 
 # What the seed says for each scenario (the issue's acceptance list).
@@ -107,11 +108,13 @@ def test_plan_playbook_plans_the_seed_scenario_offline(example):
     assert table == plan_table(plan) and table[0].startswith(f"Layout: {plan['strategy']} ({plan['backend']}) TP=")
     assert [line.split()[0] for line in table[2:-1]] == [node["host"] for node in plan["nodes"]]
 
-    set_on = task(report, "Set vllm_cluster_plan on every node")["localhost"]["results"]
+    set_on = task(report, SET_ON)["localhost"]["results"]
     assert sorted(item["__vllm_cluster_host"] for item in set_on) == sorted(
         n["name"] for n in request["cluster"]
     )
     assert all(item["ansible_facts"]["vllm_cluster_plan"] == plan for item in set_on)
+    assert all(item["ansible_facts"]["vllm_cluster_deployment_hosts"] == [n["name"] for n in request["cluster"]]
+               for item in set_on)
 
 
 def test_plan_playbook_writes_plan_json_when_asked():
@@ -212,8 +215,15 @@ def test_plan_playbook_names_a_host_without_gpu_facts(tmp_path):
     assert "host gpu-z has no GPU facts" in json.dumps(failed)
 
 
-CHECK = ("Check that every vllm_cluster_* and role variable is known and the same on every node "
-         "(vllm_ops.cluster.variable_problems)")
+FLEET = "Find the deployments of vllm_nodes (vllm_cluster_deployments selects some)"
+CHECK = ("Check that every vllm_cluster_* and role variable is known and the same on every node of a deployment "
+         "(variable_problems)")
+
+
+def check_messages(report):
+    """The variable check's message of each deployment that failed it, by deployment (the task loops over them)."""
+    return {item["__vllm_cluster_deployment"]["name"]: item["msg"]
+            for item in task(report, CHECK)["localhost"]["results"] if "msg" in item}
 
 
 def test_a_misspelled_variable_fails_the_plan_before_any_node_is_contacted(tmp_path):
@@ -225,9 +235,9 @@ def test_a_misspelled_variable_fails_the_plan_before_any_node_is_contacted(tmp_p
         "vars": {"vllm_cluster_model": "llama-3.1-8b", "vllm_cluster_tensor_parallel": 2}}}}}))
     result, report = play(inventory)
     assert result.returncode != 0, result.stdout[-2000:]
-    assert [entry["task"]["name"] for one_play in report["plays"] for entry in one_play["tasks"]] == [CHECK]
-    failed = task(report, CHECK)["localhost"]
-    assert failed["failed"] and failed["msg"] == [
+    assert [entry["task"]["name"] for one_play in report["plays"] for entry in one_play["tasks"]] == [
+        FLEET, "Print the deployments this run acts on", CHECK]
+    assert check_messages(report)["vllm"] == [
         "host gpu-z: vllm_cluster_gpus_typo={} is not a variable of vllm-cluster; did you mean vllm_cluster_gpus?",
         "host gpu-z: vllm_cluster_tensor_parallel=2 is not a variable of vllm-cluster; did you mean vllm_cluster_tp?"]
 
@@ -244,13 +254,13 @@ def test_a_planning_variable_set_per_host_must_agree_and_per_host_ones_may_diffe
                                  "node_firewall_api_allowed_cidrs": ["10.0.0.0/8"]}}}}}))
     result, report = play(inventory)
     assert result.returncode != 0
-    assert task(report, CHECK)["localhost"]["msg"] == (
+    assert check_messages(report)["vllm"] == (
         "vllm_cluster_max_model_len differs between the hosts of deployment vllm: gpu-a=8192, gpu-b=4096; "
         "set it for the group (group_vars), not per host (the plan reads the head's value alone)")
     # The same value on both (here: an extra var, which every host sees) plans; the addresses differ, as they must.
     result, report = play(inventory, "-e", "vllm_cluster_max_model_len=4096")
     assert result.returncode == 0, result.stdout[-2000:]
-    assert task(report, CHECK)["localhost"].get("skipped")
+    assert not check_messages(report)
     plan = task(report, COMPUTE)["localhost"]["ansible_facts"]["__vllm_cluster_plan"]
     assert [n["address"] for n in plan["cluster"]["nodes"]] == ["10.0.0.1", "10.0.0.2"]
 

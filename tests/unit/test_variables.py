@@ -226,7 +226,10 @@ def test_every_variable_a_shipped_inventory_sets_is_known():
             data = yaml.safe_load(file.read_text()) or {}
             if file.name == "hosts.yml":
                 group = data["all"]["children"]["vllm_nodes"]
-                tables = [group.get("vars") or {}, *(group["hosts"] or {}).values()]
+                # A fleet's vllm_nodes has one child group per deployment (inventories/examples/fleet-two-models).
+                groups = [group, *(group.get("children") or {}).values()]
+                tables = [table for one in groups
+                          for table in (one.get("vars") or {}, *(one.get("hosts") or {}).values())]
             else:
                 tables = [data]
             for table in tables:
