@@ -20,6 +20,7 @@ def _selected(hosts, hostvars, only):
         # plan.yml's controller plays) every host is one batch. Nothing runs wrongly so: without plan.yml's play
         # no host has a plan, and every role's preflight stops on that.
         return [(None, list(hosts))]
+
     def read(host, name):
         variables = hostvars[host] if host in hostvars else {}
         return variables.get(name) if hasattr(variables, "get") else None

@@ -68,7 +68,20 @@ def write_b(inventory: Path, max_num_seqs, more=None) -> None:
 
 def play(fleet, playbook, *args, check=True, timeout=2400):
     lab, inventory = fleet
-    return lab.ansible_playbook(playbook, *args, check=check, timeout=timeout, inventory=inventory)
+    try:
+        result = lab.ansible_playbook(playbook, *args, check=check, timeout=timeout, inventory=inventory)
+    except AssertionError as failed:
+        _keep(inventory, playbook, str(failed))
+        raise
+    _keep(inventory, playbook, result.stdout)
+    return result
+
+
+def _keep(inventory: Path, playbook: str, output: str) -> None:
+    """Each run's output beside the fleet inventory (pytest's tmp dir), for the one who reads a failure."""
+    logs = inventory.parent / "logs"
+    logs.mkdir(exist_ok=True)
+    (logs / f"{len(list(logs.iterdir())):02d}-{Path(playbook).stem}.log").write_text(output)
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:

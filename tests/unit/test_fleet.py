@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -202,3 +203,11 @@ def test_every_play_over_the_nodes_runs_one_batch_per_deployment():
             elif one_play.get("serial") != expected_serial and name not in PER_HOST_PLAYS:
                 unbatched.append(f"{name}: serial {one_play.get('serial')!r}")
     assert not unbatched
+
+
+def test_no_task_ends_the_whole_play():
+    """meta: end_play in a fleet play ends every later deployment's batch too: the stage skip of a converged
+    deployment A skipped deployment B's changed stage (found by tests/lab/test_fleet.py). end_batch ends one."""
+    users = [str(path.relative_to(REPO)) for path in [*REPO.glob("playbooks/**/*.yml"), *REPO.glob("roles/*/tasks/*.yml")]
+             if re.search(r"meta: +end_play", path.read_text())]
+    assert users == []

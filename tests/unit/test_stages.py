@@ -98,14 +98,14 @@ def test_every_stage_role_declares_its_evidence_and_records_nothing_itself(role)
     assert evidence and set(evidence) <= {"paths", "units", "probes"}
     for tasks in (REPO / "roles" / role / "tasks").glob("*.yml"):
         text = tasks.read_text()
-        assert "stage_stamp" not in text and "end_play" not in text, tasks
+        assert "stage_stamp" not in text and "end_play" not in text and "end_batch" not in text, tasks
 
 
 def test_the_skip_and_the_record_exist_once():
     users = []
     for path in list(REPO.glob("playbooks/*.yml")) + list(REPO.glob("roles/*/tasks/*.yml")) + [REPO / "deploy.yml"]:
         text = path.read_text()
-        if re.search(r"ansible\.builtin\.meta: end_play|vllm_ops\.cluster\.stage_stamp:\s*\n\s+state: record", text):
+        if re.search(r"ansible\.builtin\.meta: end_batch|vllm_ops\.cluster\.stage_stamp:\s*\n\s+state: record", text):
             users.append(str(path.relative_to(REPO)))
     assert sorted(users) == ["roles/deploy_stage/tasks/record.yml", "roles/deploy_stage/tasks/skip.yml"]
 
