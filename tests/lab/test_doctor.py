@@ -181,6 +181,29 @@ def test_a_foreign_process_holding_a_lab_gpu(deployed, results):
         lab.ssh("node1", "systemctl stop doctor-gpu-squatter", check=False)
 
 
+def test_the_api_blocked_between_the_clients_and_the_head_only(deployed, results):
+    """Issue 23, item 1: every node healthy from inside, the API dropped for the controller alone (a firewall in
+    between). The doctor used to say 0 faults here; it must name what a client sees, on the head."""
+    lab = deployed
+    lab.ssh("node1", "nft add table inet doctor_fault && nft add chain inet doctor_fault input "
+                     "'{ type filter hook input priority 0; }' && "
+                     f"nft add rule inet doctor_fault input ip saddr {lab.gateway} tcp dport 8000 drop")
+    try:
+        # The head still answers on the node itself: the fault is only between the clients and the API.
+        assert lab.ssh("node1", "curl -s -o /dev/null -w '%{http_code}' -m 10 http://127.0.0.1:8000/health",
+                       check=False).stdout == "200"
+        status, report, _ = doctor(lab, results, "-e", "doctor_client_timeout_s=10")
+        assert status != 0
+        finding = top_fault(report)
+        assert finding["id"] == "api_unanswered_from_controller", report["findings"]
+        assert finding["nodes"] == ["node1"]
+        text = evidence_text(finding)
+        assert f"from the controller, http://{lab.management_address('node1')}:8000: GET /health ->" in text
+        assert "timed out" in text, text
+    finally:
+        lab.ssh("node1", "nft delete table inet doctor_fault", check=False)
+
+
 def test_a_stopped_ray_worker(deployed, results):
     lab = deployed
     lab.ssh("node2", "systemctl stop ray-worker.service")

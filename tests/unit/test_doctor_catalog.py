@@ -63,7 +63,7 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
         "driver_mismatch": {"driver", "versions"}, "fabric_manager_not_ready": {"state"},
         "unit_argv_differs": {"differences", "dropins"}, "env_differs": {"differences"}, "tp_across_nodes": {"tp", "gpus_per_node"},
         "env_flag": {"name", "value"}, "gpu_count_below_plan": {"count", "needed"}, "node_unreachable": set(),
-        "gpu_facts_failed": {"error"},
+        "gpu_facts_failed": {"error"}, "api_unanswered_from_client": {"url", "probe", "error"},
     }
     assert set(observation_values) == set(OBSERVATIONS)
     for sig in CATALOG["signatures"]:

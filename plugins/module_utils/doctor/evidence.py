@@ -36,8 +36,34 @@ def _registered_failure(result):
     return None
 
 
-def evidence_from_registered(plan, hosts):
-    """The evidence dict from what Ansible registered per host: {host, gather, gpu, ib}.
+def client_from_registered(url, results):
+    """What a client saw: the controller's probes of the API ({url, probes: [{probe, ok, status, error, elapsed_s}]}).
+
+    ``results`` are the uri results registered by roles/doctor/tasks/diagnose.yml (status, msg, elapsed, json and
+    the probe it ran); a skipped probe is left out. An answer is good when the status is 200 and, for a
+    completion, the body holds a choice; its error says what came back instead.
+    """
+    probes = []
+    for result in results or []:
+        if not isinstance(result, dict) or result.get("skipped"):
+            continue
+        probe = result.get("__doctor_probe") or {}
+        label = f"{probe.get('method', 'GET')} {probe.get('path', '?')}"
+        status = result.get("status")
+        body = result.get("json")
+        ok = status == 200
+        error = None
+        if not ok:
+            error = str(result.get("msg") or f"status {status}")
+        elif probe.get("path", "").endswith("/completions") and not (isinstance(body, dict) and body.get("choices")):
+            ok, error = False, "status 200 without a completion in the body"
+        probes.append({"probe": label, "ok": ok, "status": status, "error": error,
+                       "elapsed_s": result.get("elapsed")})
+    return {"url": url, "probes": probes} if probes else {}
+
+
+def evidence_from_registered(plan, hosts, client=None):
+    """The evidence dict from what Ansible registered per host: {host, gather, gpu, ib}; and what a client saw.
 
     A host whose every result is unreachable is recorded as unreachable; a fact
     module that failed (nvidia-smi broken, say) leaves {"error": msg} so the
@@ -55,7 +81,7 @@ def evidence_from_registered(plan, hosts):
         node["gpu"] = (gpu.get("ansible_facts") or {}).get("vllm_gpu") or {"error": _registered_failure(gpu)}
         node["ib"] = (ib.get("ansible_facts") or {}).get("vllm_ib") or {"error": _registered_failure(ib)}
         nodes[name] = node
-    return {"plan": plan or {}, "nodes": nodes}
+    return {"plan": plan or {}, "nodes": nodes, "client": client or {}}
 
 
 class Node:
@@ -132,7 +158,8 @@ class Cluster:
         order = [node.get("host") for node in self.plan.get("nodes", []) if node.get("host") in raw_nodes]
         order += [name for name in raw_nodes if name not in order]
         self.nodes = [Node(name, raw_nodes[name], plan_nodes.get(name)) for name in order]
-        self.controller = evidence.get("controller") or {}
+        # The API as a client sees it, probed from the controller (client_from_registered); {} when not probed.
+        self.client = evidence.get("client") or {}
 
     def reachable_nodes(self):
         return [node for node in self.nodes if node.reachable]

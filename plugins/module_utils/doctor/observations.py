@@ -16,6 +16,7 @@ Pure Python 3.11, no Ansible import.
 from __future__ import annotations
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_network import (
+    obs_api_unanswered_from_client,
     obs_firewall_drops_port,
     obs_host_ip_mismatch,
     obs_ib_declared,
@@ -71,4 +72,5 @@ OBSERVATIONS = {
     "env_flag": obs_env_flag,
     "gpu_count_below_plan": obs_gpu_count_below_plan,
     "gpu_facts_failed": obs_gpu_facts_failed,
+    "api_unanswered_from_client": obs_api_unanswered_from_client,
 }

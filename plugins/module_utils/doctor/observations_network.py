@@ -1,5 +1,7 @@
 """Observations between nodes: interface names and addresses, Ray membership, probes, firewalls, InfiniBand.
 
+And between the clients and the API: ``obs_api_unanswered_from_client`` (the controller's probes).
+
 The socket interface variables and ``VLLM_HOST_IP`` against the fabric and
 the plan, Ray nodes the head does not list as ALIVE, TCP probes of the head's
 rendezvous ports, firewall rules that drop a port a probe could not reach,
@@ -287,3 +289,22 @@ def obs_tp_across_nodes(cluster, params):
                          "(allow_tp_across_nodes): every layer's all-reduce crosses the network",
                          tp=plan["tp"], gpus_per_node=per_node)]
     return []
+
+
+def obs_api_unanswered_from_client(cluster, params):
+    """The API's probes from the controller that got no good answer: one hit on the API node, every failure quoted.
+
+    A node can look healthy from inside while no client gets an answer (a path blocked between the clients and the
+    API node, a server that is alive but does not answer): this is what a client sees.
+    """
+    failed = [probe for probe in (cluster.client.get("probes") or []) if not probe.get("ok")]
+    if not failed:
+        return []
+    head = cluster.head
+    url = cluster.client.get("url") or "?"
+    quoted = "; ".join(f"{probe['probe']} -> {probe.get('error') or 'no answer'}"
+                       + (f" after {probe['elapsed_s']} s" if probe.get("elapsed_s") is not None else "")
+                       for probe in failed)
+    first = failed[0]
+    return [make_hit(head.name if head else None, "controller", f"from the controller, {url}: {quoted}",
+                     url=url, probe=first["probe"], error=first.get("error") or "no answer")]

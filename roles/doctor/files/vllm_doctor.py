@@ -52,6 +52,7 @@ def diagnose(args):
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import diagnosis
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import load_catalog_file
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
+        client_from_registered,
         evidence_from_registered,
     )
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.report import (
@@ -62,7 +63,9 @@ def diagnose(args):
     catalog = load_catalog_file(args.catalog)
     with open(args.evidence, encoding="utf-8") as handle:
         data = json.load(handle)
-    report = diagnosis.diagnose(catalog, evidence_from_registered(data.get("plan"), _hosts(data)))
+    client = data.get("client") or {}
+    report = diagnosis.diagnose(catalog, evidence_from_registered(
+        data.get("plan"), _hosts(data), client_from_registered(client.get("url"), client.get("results"))))
     report["plan_source"] = data.get("plan_source") or {}
     _write(args.markdown, render_markdown(report))
     _write(args.json, json.dumps(report, indent=2) + "\n")
