@@ -174,22 +174,29 @@ def test_a_bad_flag_of_b_fails_before_anything_running_changes(fleet, deployed):
 
 
 def test_a_change_to_b_restarts_b_only(fleet, deployed):
+    """B's group_vars get max-num-seqs 6 (and keep it: the tests after this one start from it)."""
     lab, inventory = fleet
     before = {node: started_at(lab, node) for node in (*A_NODES, B_NODE)}
     write_b(inventory, 6)
-    try:
-        changed = play(fleet, "deploy.yml", timeout=2400)
-        counts = recap(changed.stdout)
-        assert counts["node3"]["changed"] > 0
-        assert counts["node1"]["changed"] == counts["node2"]["changed"] == 0, changed.stdout[-3000:]
-        after = {node: started_at(lab, node) for node in (*A_NODES, B_NODE)}
-        assert after["node1"] == before["node1"] and after["node2"] == before["node2"], "A was restarted"
-        assert after[B_NODE] != before[B_NODE], "B was not restarted"
-        argv = argv_of(lab, B_NODE)
-        assert argv[argv.index("--max-num-seqs") + 1] == "6"
-        assert openai_completion(lab, B_NODE, B_SERVED)["tokens"] == 4
-    finally:
-        write_b(inventory, 4)
+    changed = play(fleet, "deploy.yml", timeout=2400)
+    counts = recap(changed.stdout)
+    assert counts["node3"]["changed"] > 0
+    assert counts["node1"]["changed"] == counts["node2"]["changed"] == 0, changed.stdout[-3000:]
+    after = {node: started_at(lab, node) for node in (*A_NODES, B_NODE)}
+    assert after["node1"] == before["node1"] and after["node2"] == before["node2"], "A was restarted"
+    assert after[B_NODE] != before[B_NODE], "B was not restarted"
+    argv = argv_of(lab, B_NODE)
+    assert argv[argv.index("--max-num-seqs") + 1] == "6"
+    assert openai_completion(lab, B_NODE, B_SERVED)["tokens"] == 4
+
+
+def test_a_run_for_b_alone_touches_no_host_of_a(fleet, deployed):
+    """-e vllm_cluster_deployments=lab-b: B's hosts only, and the selection itself is no input of B's stages."""
+    selected = play(fleet, "deploy.yml", "-e", f"vllm_cluster_deployments={B}", timeout=1200)
+    counts = recap(selected.stdout)
+    assert set(counts) == {"localhost", B_NODE}, counts
+    assert counts[B_NODE]["changed"] == 0, selected.stdout[-3000:]
+    assert "nothing to do: every stage holds on every node" in selected.stdout
 
 
 def test_teardown_of_b_leaves_a_serving(fleet, deployed):
