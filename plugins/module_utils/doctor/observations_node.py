@@ -19,6 +19,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence i
     make_hit,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_exec_start
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.traceback import last_exception
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import history as plan_history
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import vllm_logs
 
@@ -96,16 +97,46 @@ def _unit_line(node, unit):
     return f"systemctl: {unit} {state}" + (f", {', '.join(extra)}" if extra else "")
 
 
-def _last_error_line(lines, unit=None):
+# The longest exception line quoted in a finding (vLLM's KV cache errors run to 400 characters).
+MAX_QUOTED = 300
+
+
+def _clip(text):
+    return text if len(text) <= MAX_QUOTED else text[: MAX_QUOTED - 3] + "..."
+
+
+def _last_error(lines, unit=None):
+    """(the last error as the finding quotes it, the traceback it comes from or None).
+
+    With a traceback in the journal: the exception line of the last one, and
+    the root (the first traceback of the same failure) when it says something
+    else: "X (root: Y)" (parsers/traceback.py). Without one: vLLM's last error
+    line (verify/vllm_logs), or the last line that says Error, Exception or failed.
+    """
+    found = last_exception(lines)
+    if found:
+        text = _clip(found["exception"])
+        if found["root"]:
+            text += f" (root: {_clip(found['root'])})"
+        return text, found
     if unit == VLLM_UNIT:
         errors = vllm_logs.parse_log("\n".join(lines)).get("errors") or []
         if errors:
-            return errors[-1]["line"]
+            return errors[-1]["line"], None
     for line in reversed(lines):
         text = line.strip()
         if re.search(r"(Error|Exception|error:|FAILED|failed)", text) and not text.startswith("File "):
-            return text
-    return None
+            return text, None
+    return None, None
+
+
+def _last_error_line(lines, unit=None):
+    return _last_error(lines, unit)[0]
+
+
+def _context_line(process, context):
+    """A traceback's lines around its exception line, as one line of evidence: "code | exception | message"."""
+    return (f"{process} " if process else "") + " | ".join(_clip(text) for text in context)
 
 
 def _stopped_on_request(node, unit):
@@ -129,9 +160,17 @@ def obs_unit_failed(cluster, params):
                 info.get("ActiveState") == "activating" and info.get("SubState") == "auto-restart"
             )
             if failing:
-                last = _last_error_line(node.journal(unit), unit)
+                last, found = _last_error(node.journal(unit), unit)
                 line = _unit_line(node, unit) + (f"; last error: {last}" if last else "")
-                hits.append(make_hit(node, "systemctl", line, unit=unit, last_error=last or "none logged"))
+                values = {"unit": unit, "last_error": last or "none logged"}
+                hits.append(make_hit(node, "systemctl", line, **values))
+                if found:
+                    # The lines around the exception lines quoted: the root's first, then the last's.
+                    if found["root"]:
+                        hits.append(make_hit(node, f"journal {unit}",
+                                             _context_line(found["root_process"], found["root_context"]), **values))
+                    hits.append(make_hit(node, f"journal {unit}", _context_line(found["process"], found["context"]),
+                                         **values))
     return hits
 
 
