@@ -2,6 +2,7 @@
 """Fleet scale: plan.yml and a no-op deploy.yml at 3, 6 and 9 nodes (deployments of 3), side by side in one run.
 
     sudo .venv/bin/python bench/fleet_scale.py [--name tfscale] [--rounds 3] [--out results/bench/fleet_scale.json]
+    sudo .venv/bin/python bench/fleet_scale.py --per-deployment 9 --plan-sizes 3 6 9   # each size ONE deployment
     .venv/bin/python bench/fleet_scale.py --no-lab        # the plan-only part, no root, no lab
 
 Every play over the nodes runs one serial batch per deployment (docs/fleet.md), so a fleet pays per
@@ -11,21 +12,30 @@ deployment as well as per node. Measured, sizes interleaved and rotated round by
    --per-deployment hosts (llama-3.1-8b from the catalog, one declared H200 per host, TP=1 and DP = the
    deployment's size, so every deployment plans a layout over all its hosts and no host is contacted);
    N = --plan-sizes (3 6 9 30 99).
-2. skip plays: the same plan.yml followed by as many plays as deploy.yml has stage plays, each with the
-   fleet's exact hosts/serial expressions and nothing but `meta: end_batch`: the controller's cost of a
-   skipped stage play per deployment batch (a stand-in; see docs/performance.md, "Fleet scale").
+2. skip plays: the same plan.yml followed by as many plays as deploy.yml has stage plays (counted from
+   deploy.yml's imports), each with the fleet's exact hosts/serial expressions and only the skip task's
+   `meta: end_batch` (roles/deploy_stage/tasks/skip.yml): what the skipped stage plays of a converged
+   deploy.yml cost the controller, one batch per deployment, up to 99 hosts without a lab (a stand-in:
+   the real plays also load their roles).
 3. no-op: on a lab of --lab-nodes nodes (`lab up --name NAME`), for N = --lab-sizes (3 6 9), the
-   checkout's unmodified `deploy.yml` on the lab's first N nodes as N/3 deployments of the lab's tiny
-   Llama (inventories/lab/group_vars, TP=1, DP=3 per deployment), with every stage converged: before the
-   rounds each size is primed once by plan.yml, converged.yml and one play that records every stage's
-   stamp with that run's input digest (module stage_stamp, state=record, no evidence: the stages
-   themselves never ran). A timed run must print "nothing to do" once per deployment and end changed=0
-   on every host; a run that decides to run a stage is killed at once and the bench stops. Each no-op is
+   checkout's unmodified `deploy.yml` on the lab's first N nodes in deployments of --per-deployment of
+   the lab's tiny Llama (inventories/lab/group_vars, TP=1, DP = the deployment's size), with every stage
+   converged: before the rounds each size is primed once by plan.yml, converged.yml and one play that
+   records every stage's stamp with that run's input digest (module stage_stamp, state=record, no
+   evidence: the stages themselves never ran). Sizes whose deployments differ on a shared node (e.g. one
+   deployment per size) are primed again right before each of their no-ops (untimed), and all of them
+   again when playbooks/, roles/ or plugins/ change during the run (converged.yml's code digest). A
+   timed run must print "nothing to do" once per deployment and end changed=0 on every host; a run that
+   decides to run a stage is killed at once and the bench stops. Each no-op is
    preceded by `ansible vllm_nodes -m ping` on the same hosts (timed too; it also opens SSH's
    ControlPersist connections, so every no-op runs over warm connections).
 
-Prints a table (nodes, deployments, plan s, no-op s, seconds per node, ratios to the 3-node case) and a
-linear fit per deployment with its 100-node extrapolation; writes the same as JSON to --out. The lab is
+Each measure is taken twice: wall seconds, and the controller's CPU seconds (user + system of
+ansible-playbook and every process it waited for: its workers and their ssh clients), which other jobs on
+the host disturb far less. Prints a table of the medians (nodes, deployments, plan s, no-op s, seconds per
+node, ratios to the smallest size) and a linear fit (over the deployments, or over the nodes when every
+size is one deployment) with its 100-node extrapolation;
+writes the same, with every sample, as JSON to --out (default results/bench/fleet_scale.json). The lab is
 always brought down at the end (`lab down`, then `lab status` must show it gone). Every subprocess has
 a timeout.
 """
@@ -36,6 +46,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -76,6 +87,9 @@ PLAN_GROUP_VARS = {
 }
 TIMEOUTS = {"lab_up": 900, "lab_down": 600, "lab_status": 120, "plan": 900, "prime": 1800, "noop": 1200,
             "ping": 300, "model": 300}
+
+
+LAST_CPU_S = [0.0]  # run()'s last command: its CPU seconds and its children's
 
 
 class NotANoop(RuntimeError):
@@ -200,6 +214,17 @@ def noop_problems(output: str, hosts: list[str], deployments: int) -> list[str]:
     return problems
 
 
+def shared_nodes_differ(layouts: dict[int, list[list[str]]]) -> bool:
+    """Whether a node belongs to different deployments at different sizes ({size: deployments' hosts}): its
+    stamps then hold one size's digest at a time, so each no-op needs its size primed right before it."""
+    seen: dict[str, set] = {}
+    for deployments in layouts.values():
+        for hosts in deployments:
+            for host in hosts:
+                seen.setdefault(host, set()).add(tuple(hosts))
+    return any(len(shapes) > 1 for shapes in seen.values())
+
+
 def interleaved(sizes: list[int], rounds: int) -> list[tuple[int, int]]:
     """(round, size) in run order: every round runs every size, the order rotated by one each round."""
     order = []
@@ -241,42 +266,59 @@ def summarize(samples: dict[str, dict[int, list[float]]], per_deployment: int) -
 
 
 def fits(rows: list[dict], per_deployment: int, target_nodes: int = 100) -> dict:
-    """Per measure, a line over the deployments (batches of per_deployment) and its value at target_nodes."""
+    """Per measure, a least-squares line and its value at target_nodes: over the deployments when the rows differ
+    in deployments (each one serial batch of per_deployment hosts), else over the nodes (one deployment)."""
     target_deployments = -(-target_nodes // per_deployment)
-    result = {"target_nodes": target_nodes, "target_deployments": target_deployments}
-    for kind in ("plan", "skip_plays", "noop", "ping"):
-        points = [(row["deployments"], row[f"{kind}_s"]) for row in rows if f"{kind}_s" in row]
-        if len(points) < 2:
+    by_deployments = len({row["deployments"] for row in rows}) > 1
+    result = {"target_nodes": target_nodes, "target_deployments": target_deployments,
+              "x": "deployments" if by_deployments else "nodes"}
+    for kind in ("plan", "plan_cpu", "skip_plays", "skip_plays_cpu", "noop", "noop_cpu", "ping", "ping_cpu"):
+        points = [(row["deployments"] if by_deployments else row["nodes"], row[f"{kind}_s"])
+                  for row in rows if f"{kind}_s" in row]
+        if len({x for x, _ in points}) < 2:
             continue
         a, b = linear_fit([p[0] for p in points], [p[1] for p in points])
-        result[kind] = {"fixed_s": round(a, 2), "per_deployment_s": round(b, 3),
-                        "per_node_s": round(b / per_deployment, 3), "from_deployments": [p[0] for p in points],
-                        f"at_{target_nodes}_nodes_s": round(a + b * target_deployments, 1)}
+        line = {"fixed_s": round(a, 2), "from": [p[0] for p in points]}
+        if by_deployments:
+            line.update(per_deployment_s=round(b, 3), per_node_s=round(b / per_deployment, 3))
+            line[f"at_{target_nodes}_nodes_s"] = round(a + b * target_deployments, 1)
+        else:
+            line["per_node_s"] = round(b, 3)
+            line[f"at_{target_nodes}_nodes_s"] = round(a + b * target_nodes, 1)
+        result[kind] = line
     return result
 
 
 def table(rows: list[dict]) -> str:
+    """The medians: wall seconds, the controller's CPU seconds, seconds per node and the ratio to the first row."""
     def cell(row, key, spec):
         width = int(spec.split(".")[0])
         return format(row[key], spec) if key in row else "-".rjust(width)
 
-    lines = [f"{'nodes':>5} {'depl':>4} {'plan s':>7} {'/node':>6} {'ratio':>5} {'skip9 s':>7} {'noop s':>7} "
-             f"{'/node':>6} {'ratio':>5} {'ping s':>6} {'/node':>6}"]
+    columns = [("plan s", "plan_s", "7.2f"), ("cpu", "plan_cpu_s", "6.2f"), ("/node", "plan_s_per_node", "6.3f"),
+               ("ratio", "plan_ratio", "5.2f"), ("skip9 s", "skip_plays_s", "7.2f"), ("cpu", "skip_plays_cpu_s", "6.2f"),
+               ("noop s", "noop_s", "7.2f"), ("cpu", "noop_cpu_s", "6.2f"), ("/node", "noop_s_per_node", "6.3f"),
+               ("ratio", "noop_ratio", "5.2f"), ("cpu r", "noop_cpu_ratio", "5.2f"), ("ping s", "ping_s", "6.2f")]
+    lines = [f"{'nodes':>5} {'depl':>4} " + " ".join(title.rjust(int(spec.split('.')[0])) for title, _, spec in columns)]
     for row in rows:
-        lines.append(f"{row['nodes']:>5} {row['deployments']:>4} {cell(row, 'plan_s', '7.2f')} "
-                     f"{cell(row, 'plan_s_per_node', '6.3f')} {cell(row, 'plan_ratio', '5.2f')} "
-                     f"{cell(row, 'skip_plays_s', '7.2f')} {cell(row, 'noop_s', '7.2f')} "
-                     f"{cell(row, 'noop_s_per_node', '6.3f')} {cell(row, 'noop_ratio', '5.2f')} "
-                     f"{cell(row, 'ping_s', '6.2f')} {cell(row, 'ping_s_per_node', '6.3f')}")
+        lines.append(f"{row['nodes']:>5} {row['deployments']:>4} "
+                     + " ".join(cell(row, key, spec) for _, key, spec in columns))
     return "\n".join(lines)
 
 
 # --- processes ------------------------------------------------------------------------------------------------
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run(argv: list[str], timeout: float, env: dict | None = None, guard: re.Pattern | None = None
         ) -> tuple[int, str, float]:
     """(rc, output, seconds). Its own process group, killed on timeout, on an exception, or when a line matches
-    guard (NotANoop). Raises TimeoutError on timeout."""
+    guard (NotANoop). Raises TimeoutError on timeout. LAST_CPU_S[0]: the CPU seconds (user + system) of the
+    command and every process it waited for (ansible's workers, their ssh clients): the controller's cost."""
     started = time.monotonic()
+    cpu_before = children_cpu_s()
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     lines: list[str] = []
@@ -298,6 +340,7 @@ def run(argv: list[str], timeout: float, env: dict | None = None, guard: re.Patt
                 raise TimeoutError(f"{' '.join(argv[:4])}: no end within {timeout:.0f}s; killed")
             time.sleep(0.05)
         elapsed = time.monotonic() - started
+        LAST_CPU_S[0] = children_cpu_s() - cpu_before
     except BaseException:
         kill(proc)
         reader.join(timeout=10)
@@ -347,6 +390,8 @@ class Bench:
         self.lab_hosts: dict[int, list[str]] = {}
         self.lab_is_up = False
         self.code_digest = ""
+        self.reprimed: list[str] = []
+        self.prime_each = False
 
     # --- lab --------------------------------------------------------------------------------------------------
     def lab(self, *words: str, timeout: float, check: bool = True) -> tuple[int, str]:
@@ -374,6 +419,8 @@ class Bench:
             self.lab_inventories[size] = directory
             self.lab_hosts[size] = [h for g in hosts["all"]["children"]["vllm_nodes"]["children"].values()
                                     for h in g["hosts"]]
+        self.prime_each = shared_nodes_differ(
+            {size: deployments_of(hosts, self.args.per_deployment) for size, hosts in self.lab_hosts.items()})
         return up_s
 
     def lab_down(self) -> dict:
@@ -426,7 +473,12 @@ class Bench:
         digest = current_code_digest()
         if digest != self.code_digest:  # someone changed playbooks/roles/plugins: every stamp is stale
             print(f"the code digest changed ({self.code_digest[:12]} -> {digest[:12]}): priming again", flush=True)
-            self.prime_all()
+            self.reprimed.append(f"{time.strftime('%H:%M:%S')} {git_head()}")
+            if not self.prime_each:
+                self.prime_all()
+        if self.prime_each:  # this size's deployments are not the last primed ones on these nodes
+            self.code_digest = digest
+            self.prime(size)
         elapsed, out = self.playbook(self.lab_inventories[size], REPO / "deploy.yml", self.lab_env,
                                      TIMEOUTS["noop"], guard=RUNS_A_STAGE)
         problems = noop_problems(out, self.lab_hosts[size], -(-size // self.args.per_deployment))
@@ -444,6 +496,14 @@ def current_code_digest() -> str:
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.stage_stamp import code_digest
 
     return code_digest(REPO)
+
+
+def git_head() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=30, check=False).stdout.strip()
+    except subprocess.TimeoutExpired:
+        return "?"
 
 
 def terminate(signum, _frame):
@@ -485,18 +545,19 @@ def main(argv=None) -> int:
         "host": {"cpus": os.cpu_count(), "kernel": platform.release(),
                  "mem_total_mib": round(int(Path("/proc/meminfo").read_text().split()[1]) / 1024),
                  "loadavg_at_start": os.getloadavg()},
+        "commit_at_start": git_head(),
         "per_deployment": args.per_deployment, "rounds": args.rounds,
         "deploy_yml": {"plays": len(plays), "fleet_plays": sum(p["fleet"] for p in plays),
                        "fleet_plays_with_serial": sum(p["fleet"] and p["serial"] for p in plays),
                        "stage_plays": len(stage_plays), "list": plays},
         "order": [],
     }
-    samples: dict[str, dict[int, list[float]]] = {"plan": {s: [] for s in args.plan_sizes}}
-    if not args.no_skip_plays:
-        samples["skip_plays"] = {s: [] for s in args.plan_sizes}
-    if args.lab_sizes:
-        samples["noop"] = {s: [] for s in args.lab_sizes}
-        samples["ping"] = {s: [] for s in args.lab_sizes}
+    measures = {"plan": args.plan_sizes, "skip_plays": [] if args.no_skip_plays else args.plan_sizes,
+                "ping": args.lab_sizes, "noop": args.lab_sizes}
+    # Wall seconds, and the controller's CPU seconds (<kind>_cpu): the figure the other labs' load disturbs least.
+    samples: dict[str, dict[int, list[float]]] = {
+        f"{kind}{suffix}": {size: [] for size in kinds} for kind, kinds in measures.items() if kinds
+        for suffix in ("", "_cpu")}
 
     work = Path(tempfile.mkdtemp(prefix="fleet_scale-"))
     bench = Bench(args, work)
@@ -513,21 +574,20 @@ def main(argv=None) -> int:
             result["lab_up_s"] = round(bench.lab_up(), 1)
             print(f"lab {args.name} up with {args.lab_nodes} nodes in {result['lab_up_s']}s", flush=True)
             result["prime_s"] = bench.prime_all()
+            result["primed_before_each_noop"] = bench.prime_each
             print(f"primed (plan + converged + stamps): {result['prime_s']}", flush=True)
             # One untimed no-op per size: the first deploy.yml after the priming loads what the later ones reuse.
             result["warmup_noop_s"] = {size: round(bench.noop(size), 2) for size in args.lab_sizes}
             print(f"warm-up no-ops (not counted): {result['warmup_noop_s']}", flush=True)
         for number, size in interleaved(sizes, args.rounds):
             done = {"round": number, "nodes": size}
-            if size in args.plan_sizes:
-                samples["plan"][size].append(done.setdefault("plan_s", round(bench.plan(size), 2)))
-                if "skip_plays" in samples:
-                    samples["skip_plays"][size].append(done.setdefault("skip_plays_s",
-                                                                       round(bench.skip_plays(size), 2)))
-            if size in args.lab_sizes:
-                samples["ping"][size].append(done.setdefault("ping_s", round(bench.ping(size), 2)))
-                samples["noop"][size].append(done.setdefault("noop_s", round(bench.noop(size), 2)))
-            done["loadavg"] = os.getloadavg()[0]
+            for kind, kinds in measures.items():  # ping right before the no-op: it warms SSH's connections
+                if size in kinds:
+                    done[f"{kind}_s"] = round(getattr(bench, kind)(size), 2)
+                    done[f"{kind}_cpu_s"] = round(LAST_CPU_S[0], 2)
+                    samples[kind][size].append(done[f"{kind}_s"])
+                    samples[f"{kind}_cpu"][size].append(done[f"{kind}_cpu_s"])
+            done["loadavg"] = round(os.getloadavg()[0], 2)
             result["order"].append(done)
             print(json.dumps(done), flush=True)
     except BaseException as error:  # the lab goes down; what was measured is written
@@ -539,6 +599,9 @@ def main(argv=None) -> int:
             print(f"lab {args.name} down: {result['lab_down']}", flush=True)
         shutil.rmtree(work, ignore_errors=True)
 
+    result["commit_at_end"] = git_head()
+    result["reprimed_after_code_changes"] = bench.reprimed
+    result["loadavg_at_end"] = os.getloadavg()
     rows = summarize({k: {s: v for s, v in series.items() if v} for k, series in samples.items()},
                      args.per_deployment)
     result["rows"] = rows
