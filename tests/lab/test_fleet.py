@@ -26,7 +26,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = [pytest.mark.lab, pytest.mark.timeout(5400)]
+# Extended for now: CI's clean-clone run at 9152e2f ran it (7 passed, 281 s), but it left each node's firewall
+# for its own deployment, and Molecule's nccl_network probes between all three nodes then timed out. The
+# module now puts the lab's own firewall back at its end; until a CI run proves that, it runs with --extended.
+pytestmark = [pytest.mark.lab, pytest.mark.lab_extended, pytest.mark.timeout(5400)]
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME_PYTHON = REPO / ".venv-runtime" / "bin" / "python"  # has the openai client (requirements/runtime.lock)
@@ -206,8 +209,10 @@ def test_teardown_of_b_leaves_a_serving(fleet, deployed):
     assert lab.ssh(B_NODE, "systemctl is-active vllm.service", check=False).stdout.strip() in ("inactive", "unknown")
     assert {node: started_at(lab, node) for node in A_NODES} == a_before
     assert openai_completion(lab, "node1", A)["tokens"] == 4
-    # The lab as test_deploy leaves it for the modules after this one: no vLLM anywhere.
+    # The lab as test_deploy leaves it for the modules after this one: no vLLM anywhere, and the lab
+    # inventory's firewall (one deployment of three nodes, which allow each other) on every node.
     play(fleet, "playbooks/teardown.yml", timeout=900)
+    lab.ansible_playbook("deploy.yml", "--tags", "firewall", timeout=900)
     for node in (*A_NODES, B_NODE):
         assert lab.ssh(node, "systemctl is-active vllm.service", check=False).stdout.strip() in ("inactive",
                                                                                                   "unknown")
