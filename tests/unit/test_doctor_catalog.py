@@ -14,7 +14,10 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog im
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.diagnosis import diagnose
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations import OBSERVATIONS
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.report import render_report
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.report import (
+    render_markdown,
+    render_report,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG_FILE = REPO / "roles" / "doctor" / "files" / "signatures.yml"
@@ -29,6 +32,10 @@ def test_the_catalog_covers_the_issue_and_the_seed_map():
         "ray_not_running", "ray_version_mismatch", "gpu_held_by_foreign_process", "gpu_memory_busy", "port_in_use",
         "socket_ifname_wrong_nic", "rendezvous_port_blocked", "driver_mismatch", "nccl_socket_where_ib_declared",
         "tp_across_nodes", "nccl_p2p_disabled",
+        # issue 23, item 7: the start-up failures of the public excerpts
+        "kv_cache_too_small", "max_model_len_exceeds_model", "trust_remote_code_required", "runtime_too_old_for_model",
+        "model_weights_corrupt", "model_fetched_from_hub", "path_permission_denied", "cuda_driver_too_old",
+        "gpu_compute_capability_unsupported",
         # the issue's list
         "vllm_host_ip_mismatch", "gloo_connect_failed", "placement_group_unsatisfiable", "world_size_exceeds_gpus",
         "heads_not_divisible", "model_missing", "nccl_watchdog_timeout", "shm_too_small", "memlock_too_small",
@@ -39,10 +46,18 @@ def test_the_catalog_covers_the_issue_and_the_seed_map():
     assert families == set(FAMILIES)
 
 
-def test_every_signature_says_symptom_checks_cause_and_fix():
+def test_every_signature_says_symptom_checks_cause_fix_and_how_to_verify():
     for sig in CATALOG["signatures"]:
-        assert sig["symptom"] and sig["cause"] and sig["fix"] and sig["checks"], sig["id"]
+        assert sig["symptom"] and sig["cause"] and sig["fix"] and sig["checks"] and sig["verify"], sig["id"]
         assert sig["rules"], sig["id"]
+
+
+def test_every_verify_is_a_check_an_operator_can_run():
+    """Issue 23, item 5: each fix comes with what shows it worked: a command (in backticks) or a named playbook."""
+    for sig in CATALOG["signatures"]:
+        verify = sig["verify"]
+        assert "`" in verify or ".yml" in verify, f"{sig['id']}: verify names no command: {verify!r}"
+        assert verify != sig["fix"], sig["id"]
 
 
 def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
@@ -73,7 +88,7 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
                 available |= set(rule["log"]["regex"].groupindex)
             else:
                 available |= observation_values[rule["observation"]]
-            for field in ("title", "cause", "fix"):
+            for field in ("title", "cause", "fix", "verify"):
                 for name in re.findall(r"\{(\w+)\}", sig[field]):
                     assert name in available, f"{sig['id']}.{field}: {{{name}}} is not set when rule {rule} matches"
 
@@ -109,6 +124,8 @@ def broken(mutate):
         (lambda d: d["signatures"][0].update(priority=0), "'priority' must be an integer 1-100"),
         (lambda d: d["signatures"][0].update(severity="fatal"), "'severity' must be one of"),
         (lambda d: d["signatures"][0].pop("fix"), "'fix' must be a non-empty string"),
+        (lambda d: d["signatures"][0].pop("verify"), "'verify' must be a non-empty string"),
+        (lambda d: d["signatures"][2].update(verify="  "), "'verify' must be a non-empty string"),
         (lambda d: d["signatures"][0].update(checks=[]), "'checks' must be a non-empty list"),
         (lambda d: d["signatures"][0].update(colour="red"), "unknown keys ['colour']"),
         (lambda d: d["signatures"][0]["match"]["any"].append({"observation": "moon_phase"}),
@@ -160,3 +177,24 @@ def test_ranking_puts_the_cause_before_what_it_explains_whatever_the_priorities(
     report = diagnose(catalog, evidence)
     assert [f["id"] for f in report["findings"]] == ["nccl_system_error", "unit_failed"]
     assert report["findings"][1]["rank_priority"] == report["findings"][0]["priority"] - 1
+
+
+def test_the_report_prints_the_check_after_the_fix():
+    evidence = {
+        "plan": {},
+        "nodes": {"n1": {"gather": {
+            "units": {"vllm.service": {"LoadState": "loaded", "ActiveState": "failed", "SubState": "failed",
+                                       "Result": "exit-code"}},
+            "journal": {"vllm.service": ["RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO "
+                                         "for details)"]},
+        }}},
+    }
+    report = diagnose(CATALOG, evidence)
+    finding = report["findings"][0]
+    assert finding["id"] == "nccl_system_error"
+    assert "Init COMPLETE" in finding["verify"] and "n1" in finding["verify"]
+    lines = render_report(report)
+    fix = next(index for index, line in enumerate(lines) if line.startswith("   fix: "))
+    assert lines[fix + 1] == f"   check it worked: {finding['verify']}"
+    markdown = render_markdown(report)
+    assert f"**Fix.** {finding['fix']}\n\n**Check it worked.** {finding['verify']}" in markdown

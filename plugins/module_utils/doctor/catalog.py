@@ -2,8 +2,10 @@
 
 Symptom -> checks -> cause -> fix lives in a YAML catalog
 (``roles/doctor/files/signatures.yml``), never in code branches.
-``load_catalog`` checks that data (ids, families, priorities, every rule's
-log pattern or observation name, ``explains``) and refuses the first problem
+``load_catalog`` checks that data (ids, families, priorities, the texts an
+operator reads: title, symptom, cause, fix and ``verify``, the command or short
+procedure that shows the fix worked; every rule's log pattern or observation
+name, ``explains``) and refuses the first problem
 with a ``CatalogError`` that names the signature and the field; it returns the
 catalog with its patterns compiled, as ``diagnosis.diagnose`` reads it.
 
@@ -115,7 +117,7 @@ def load_catalog(data):
         seen.add(sig_id)
         allowed = {
             "id", "family", "seed_branch", "severity", "priority", "title", "symptom", "checks",
-            "cause", "fix", "match", "explains", "references", "defaults",
+            "cause", "fix", "verify", "match", "explains", "references", "defaults",
         }
         unknown = set(sig) - allowed
         _require(not unknown, where, f"unknown keys {sorted(unknown)}")
@@ -169,6 +171,7 @@ def load_catalog(data):
                 "checks": [c.strip() for c in checks],
                 "cause": _text_field(sig, "cause", where),
                 "fix": _text_field(sig, "fix", where),
+                "verify": _text_field(sig, "verify", where),
                 "rules": [_check_rule(rule, f"{where}, rule #{n + 1}") for n, rule in enumerate(rules)],
                 "explains": list(explains),
                 "references": list(references),

@@ -143,6 +143,7 @@ def diagnose(catalog, evidence):
                 "checks": sig["checks"],
                 "cause": _render(sig["cause"], values),
                 "fix": _render(sig["fix"], values),
+                "verify": _render(sig["verify"], values),
                 "evidence": [
                     {"node": hit["node"], "source": hit["source"], "line": hit["line"]}
                     for hit in hits

@@ -68,6 +68,8 @@ def render_report(report, evidence_lines=MAX_EVIDENCE_PER_FINDING):
         if len(finding["evidence"]) > len(shown):
             lines.append(f"     ... {len(finding['evidence']) - len(shown)} more line(s) in doctor.json")
         lines.append(f"   fix: {finding['fix']}")
+        if finding.get("verify"):
+            lines.append(f"   check it worked: {finding['verify']}")
     return lines + changed
 
 
@@ -106,6 +108,8 @@ def render_markdown(report):
             node = f"{item['node']} " if item["node"] else ""
             out.append(f"{node}[{item['source']}] {item['line']}")
         out += ["```", "", f"**Fix.** {finding['fix']}"]
+        if finding.get("verify"):
+            out += ["", f"**Check it worked.** {finding['verify']}"]
         if finding["references"]:
             out += ["", "References: " + "; ".join(finding["references"])]
     return "\n".join(out + changed) + "\n"
