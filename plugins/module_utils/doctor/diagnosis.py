@@ -3,7 +3,8 @@
 ``diagnose`` runs each signature's rules (log patterns over the journals since
 the last start, and observations), fills the title, cause and fix templates
 with the values the hits carry (and the plan's), ranks the findings most likely
-cause first and adds what the last deploy changed on each node (``last_change``).
+cause first (in causal order: ``causality.py``) and adds what the last deploy
+changed on each node (``last_change``).
 
 Pure Python 3.11, no Ansible import.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import string
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import causality
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
     RAY_UNITS,
     VLLM_UNIT,
@@ -89,17 +91,24 @@ def _signature_hits(cluster, sig, cache):
             found = [hit for hit in found if hit["node"] in allowed or None in allowed]
         if found:
             kinds.add(kind)
-            hits.extend(found)
+            hits.extend({**hit, "kind": kind} for hit in found)
     return hits, kinds
 
 
 def diagnose(catalog, evidence):
     """Match every signature against the evidence; return the report, most likely cause first.
 
-    Ranking: the signature's priority (how specific a root cause it names),
-    lowered below any matched signature that 'explains' it (a consequence
-    comes after its cause), then the number of independent kinds of evidence
-    (log and observations), then the nodes involved, then catalog order.
+    Ranking (``causality.causal_order``): findings in causal order, node by node.
+    A finding that follows from another (the catalog's 'explains' between
+    findings that share a node, or a node-aware relation: the head down
+    explains the workers that cannot reach it, a link down the ports it blocks,
+    a node unreachable what is on it) comes after its cause, its priority
+    lowered below the cause's (``rank_priority``); it lists its direct causes
+    (``follows_from``) and every finding lists what follows from it
+    (``explains_findings``). Between findings not so linked: faults first, the
+    signature's priority (how specific a root cause it names), the number of
+    independent kinds of evidence (log and observations), the nodes involved,
+    catalog order.
     """
     cluster = Cluster(evidence)
     cache = {}
@@ -108,27 +117,22 @@ def diagnose(catalog, evidence):
         hits, kinds = _signature_hits(cluster, sig, cache)
         if hits:
             matched.append((order, sig, hits, kinds))
-    ids = {sig["id"] for _, sig, _, _ in matched}
-    explained_by = {}
-    for _, sig, _, _ in matched:
-        for name in sig["explains"]:
-            if name in ids:
-                explained_by.setdefault(name, []).append(sig)
+    plan_values = _plan_values(cluster)
     findings = []
-    for order, sig, hits, kinds in matched:
-        causes = explained_by.get(sig["id"], [])
-        effective = sig["priority"]
-        if causes:
-            effective = min(effective, min(cause["priority"] for cause in causes) - 1)
-        nodes = sorted({hit["node"] for hit in hits if hit["node"]}, key=_node_order(cluster))
+    for group in causality.causal_order(cluster, matched, _node_order(cluster)):
+        sig, hits, nodes = group["sig"], group["hits"], group["nodes"]
         values = {"nodes": ", ".join(nodes) or "the cluster", "node": nodes[0] if nodes else "the cluster"}
         for hit in hits:
             for key, value in hit["values"].items():
                 values.setdefault(key, value)
-        for key, value in _plan_values(cluster).items():
+        for key, value in plan_values.items():
             values.setdefault(key, value)
         for key, template in sig["defaults"].items():
             values.setdefault(key, _render(template, values))
+        explained_by = []
+        for cause in group["follows_from"]:
+            if cause["id"] not in explained_by:
+                explained_by.append(cause["id"])
         findings.append(
             {
                 "id": sig["id"],
@@ -137,7 +141,7 @@ def diagnose(catalog, evidence):
                 "seed_branch": sig["seed_branch"],
                 "severity": sig["severity"],
                 "priority": sig["priority"],
-                "rank_priority": effective,
+                "rank_priority": group["rank_priority"],
                 "nodes": nodes,
                 "symptom": sig["symptom"],
                 "checks": sig["checks"],
@@ -148,23 +152,13 @@ def diagnose(catalog, evidence):
                     {"node": hit["node"], "source": hit["source"], "line": hit["line"]}
                     for hit in hits
                 ],
-                "evidence_kinds": sorted(kinds),
-                "explained_by": [cause["id"] for cause in causes],
+                "evidence_kinds": sorted(group["kinds"]),
+                "explained_by": explained_by,
+                "follows_from": group["follows_from"],
+                "explains_findings": group["explains_findings"],
                 "references": sig["references"],
-                "_order": order,
             }
         )
-    findings.sort(
-        key=lambda f: (
-            0 if f["severity"] == "fault" else 1,
-            -f["rank_priority"],
-            -len(f["evidence_kinds"]),
-            -len(f["nodes"]),
-            f["_order"],
-        )
-    )
-    for finding in findings:
-        del finding["_order"]
     faults = [f for f in findings if f["severity"] == "fault"]
     return {
         "faults": len(faults),

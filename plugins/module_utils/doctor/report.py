@@ -1,8 +1,9 @@
 """The doctor's report, rendered: text lines for the terminal and ``results/<deployment>/doctor.md``.
 
 Both take the report ``diagnosis.diagnose`` returns; the findings come most
-likely cause first, with their evidence quoted, then what the last deploy
-changed on each node.
+likely cause first (in causal order: a root cause says "this explains: ...",
+a consequence "follows from: ..."), with their evidence quoted, then what the
+last deploy changed on each node.
 
 Pure Python 3.11, no Ansible import.
 """
@@ -32,6 +33,32 @@ def _plan_lines(report):
     return lines
 
 
+def _refs_text(report, refs, why=False):
+    """Findings referred to by {id, node, rank}, one per finding: "#1 <title> (<id> on node1, node2)"."""
+    by_rank = {}
+    for ref in refs:
+        by_rank.setdefault(ref["rank"], []).append(ref)
+    parts = []
+    for rank, same in sorted(by_rank.items()):
+        finding = report["findings"][rank - 1]
+        nodes = ", ".join(dict.fromkeys(ref["node"] for ref in same if ref["node"])) or "the cluster"
+        text = f"#{rank} {finding['title']} ({same[0]['id']} on {nodes})"
+        reasons = [ref["why"] for ref in same if why and ref.get("relation") != "catalog" and ref.get("why")]
+        if reasons:
+            text += f": {'; '.join(dict.fromkeys(reasons))}"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def causal_lines(report, finding):
+    """The causal order around a finding: what it follows from, or (a root cause) what follows from it."""
+    if finding.get("follows_from"):
+        return [f"follows from: {_refs_text(report, finding['follows_from'], why=True)}"]
+    if finding.get("explains_findings"):
+        return [f"this explains: {_refs_text(report, finding['explains_findings'])}"]
+    return []
+
+
 def render_report(report, evidence_lines=MAX_EVIDENCE_PER_FINDING):
     """The report as text lines, most likely cause first, evidence quoted."""
     lines = []
@@ -57,8 +84,7 @@ def render_report(report, evidence_lines=MAX_EVIDENCE_PER_FINDING):
         tag = finding["severity"].upper()
         nodes = ", ".join(finding["nodes"]) or "cluster"
         lines.append(f"{number}. [{tag}] {finding['title']}  ({finding['id']}; {finding['family']}; {nodes})")
-        if finding["explained_by"]:
-            lines.append(f"   consequence of: {', '.join(finding['explained_by'])}")
+        lines += [f"   {line}" for line in causal_lines(report, finding)]
         lines.append(f"   cause: {finding['cause']}")
         lines.append("   evidence:")
         shown = finding["evidence"][:evidence_lines]
@@ -99,8 +125,9 @@ def render_markdown(report):
         )
     for number, finding in enumerate(report["findings"], start=1):
         out += ["", f"## {number}. {finding['title']}", ""]
-        if finding["explained_by"]:
-            out += [f"Consequence of: {', '.join(finding['explained_by'])}.", ""]
+        causal = causal_lines(report, finding)
+        if causal:
+            out += [f"{line[0].upper()}{line[1:]}." for line in causal] + [""]
         out += [f"**Symptom.** {finding['symptom']}", "", f"**Cause.** {finding['cause']}", ""]
         out += ["**Checks.**", ""] + [f"- {check}" for check in finding["checks"]] + [""]
         out += ["**Evidence.**", "", "```"]
