@@ -1,16 +1,17 @@
 """Filters for a fleet inventory: its deployments, and each play's hosts and serial batches.
 
-One file, three filters: each one's documentation is the .yml of its name beside this file
-(fleet_deployments.yml, fleet_hosts.yml, fleet_batches.yml). The logic is plugins/module_utils/plan/fleet.py.
+One file, six filters: each one's documentation is the .yml of its name beside this file
+(fleet_deployments.yml, fleet_hosts.yml, fleet_batches.yml, fleet_co_resident_problems.yml,
+fleet_machine_plans.yml, deployment_service.yml). The logic is plugins/module_utils/plan/fleet.py.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import fleet
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import build, fleet
 
 
-def _selected(hosts, hostvars, only):
+def _selected(hosts, hostvars, only, with_co_residents=False):
     if hasattr(hosts, "get"):  # Ansible's groups: the hosts of vllm_nodes, in inventory order
         hosts = hosts.get("vllm_nodes") or []
     if not isinstance(hosts, (list, tuple)):
@@ -26,21 +27,62 @@ def _selected(hosts, hostvars, only):
         return variables.get(name) if hasattr(variables, "get") else None
 
     try:
+        every = fleet.deployments(list(hosts), {host: read(host, "vllm_cluster_deployment") for host in hosts})
         selected = fleet.deployments(list(hosts), {host: read(host, "vllm_cluster_deployment") for host in hosts},
                                      only)
-        problems = fleet.shared_machine_problems(selected, {host: read(host, "ansible_host") for host in hosts})
+        machine_of = {host: read(host, "ansible_host") for host in hosts}
+        problems = fleet.shared_machine_problems(every, machine_of,
+                                                 {host: read(host, "vllm_cluster_gpu_ids") for host in hosts})
     except fleet.FleetError as exc:
         raise AnsibleFilterError(str(exc)) from exc
     if problems:
         raise AnsibleFilterError("; ".join(problems))
+    if with_co_residents:
+        return fleet.co_residents(every, selected, machine_of)
     return selected
 
 
-def fleet_deployments(hosts, hostvars, only=None):
-    """[{name, hosts}] of the selected deployments, in inventory order."""
+def _machine_of(hosts, hostvars):
+    def read(host):
+        variables = hostvars[host] if host in hostvars else {}
+        return variables.get("ansible_host") if hasattr(variables, "get") else None
+    return {host: read(host) for host in hosts}
+
+
+def _plans(hosts, hostvars):
+    plans = {}
+    for host in hosts:
+        variables = hostvars[host] if host in hostvars else {}
+        plan = variables.get("vllm_cluster_plan") if hasattr(variables, "get") else None
+        if isinstance(plan, dict):
+            plans[host] = plan
+    return plans
+
+
+def fleet_deployments(hosts, hostvars, only=None, with_co_residents=False):
+    """[{name, hosts}] of the selected deployments (and, with_co_residents, those sharing a machine with them)."""
     if hostvars is None:
         raise AnsibleFilterError("fleet_deployments: hostvars is undefined (call it inside a play)")
-    return [{"name": name, "hosts": members} for name, members in _selected(hosts, hostvars, only)]
+    return [{"name": name, "hosts": members}
+            for name, members in _selected(hosts, hostvars, only, with_co_residents)]
+
+
+def fleet_co_resident_problems(hosts, hostvars):
+    """Lines for machines whose deployments' plans collide (ports, a Ray backend); [] when none share one."""
+    if hasattr(hosts, "get"):
+        hosts = hosts.get("vllm_nodes") or []
+    return fleet.co_resident_problems(_plans(hosts, hostvars), _machine_of(hosts, hostvars))
+
+
+def fleet_machine_plans(hosts, hostvars, host):
+    """The plans of every deployment on ``host``'s machine that has one in this run (its own first)."""
+    if hasattr(hosts, "get"):
+        hosts = hosts.get("vllm_nodes") or []
+    machine_of = _machine_of(hosts, hostvars)
+    machine = machine_of.get(host) or host
+    plans = _plans(hosts, hostvars)
+    mates = [other for other in hosts if (machine_of.get(other) or other) == machine and other in plans]
+    return [plans[other] for other in sorted(mates, key=lambda other: other != host)]
 
 
 def fleet_hosts(hosts, hostvars, only=None):
@@ -54,8 +96,21 @@ def fleet_batches(hosts, hostvars, only=None):
     return [] if selected and selected[0][0] is None else fleet.play_batches(selected)
 
 
+def deployment_service(deployment, shares_machines=False):
+    """{unit, config_dir, stage_dir, shares_machines} of a deployment: the plan's ``service``, from the inventory
+    (``vllm_cluster_deployment`` and whether it sets ``vllm_cluster_gpu_ids``) where no plan is at hand."""
+    if deployment is None:
+        deployment = fleet.DEFAULT_DEPLOYMENT
+    if not isinstance(deployment, str) or not fleet.NAME.match(deployment):
+        raise AnsibleFilterError(f"deployment_service: a deployment name of letters, digits, '.', '_' or '-', "
+                                 f"got {deployment!r}")
+    return build.service(deployment, bool(shares_machines))
+
+
 class FilterModule:
     """vllm_ops.cluster fleet filters (documentation: fleet_deployments.yml, fleet_hosts.yml, fleet_batches.yml)."""
 
     def filters(self):
-        return {"fleet_deployments": fleet_deployments, "fleet_hosts": fleet_hosts, "fleet_batches": fleet_batches}
+        return {"fleet_deployments": fleet_deployments, "fleet_hosts": fleet_hosts, "fleet_batches": fleet_batches,
+                "fleet_co_resident_problems": fleet_co_resident_problems,
+                "fleet_machine_plans": fleet_machine_plans, "deployment_service": deployment_service}

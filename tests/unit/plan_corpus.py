@@ -11,7 +11,8 @@ plan), then for vLLM 0.32's profile batch in the CUDA reserve (issue 20: numbers
 for issue 20's KV cache groups, kv_cache_dtype, the larger catalog (its models are drawn, so the random
 requests differ) and the fits-one-GPU rule (DP replicas, TP over PCIe avoided), then for issue 17's
 vLLM flags: every argv gains `--served-model-name <deployment>` and every plan the keys
-`served_model_name` and `serve_args` (the requests are unchanged).
+`served_model_name` and `serve_args` (the requests are unchanged), then for issue 17's shared machines:
+every plan gains the key `service` (its unit and directories; nothing else changed, the requests neither).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,8 +13,10 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_ops.cluster.plugins.filter.fleet import (
     fleet_batches,
+    fleet_co_resident_problems,
     fleet_deployments,
     fleet_hosts,
+    fleet_machine_plans,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import fleet
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
@@ -54,16 +58,64 @@ def test_a_bad_deployment_name_names_the_host():
         fleet.deployments(["a1", "b1"], {"b1": "my model"})
 
 
-def test_two_inventory_hosts_on_one_machine_are_refused():
+def test_two_inventory_hosts_on_one_machine_need_disjoint_gpu_lists():
     selected = [("chat", ["gpu-a"]), ("embed", ["gpu-a-embed"])]
-    problems = fleet.shared_machine_problems(selected, {"gpu-a": "192.0.2.30", "gpu-a-embed": "192.0.2.30"})
-    assert problems == ["hosts gpu-a (chat), gpu-a-embed (embed) are one machine (ansible_host 192.0.2.30), in "
-                        "deployments chat, embed: each machine may hold one host of one deployment (its vLLM unit, "
-                        "plan, firewall table and stage stamps are the machine's own); give the deployments "
-                        "disjoint machines"]
+    one_machine = {"gpu-a": "192.0.2.30", "gpu-a-embed": "192.0.2.30"}
+    problems = fleet.shared_machine_problems(selected, one_machine)
+    assert problems == ["hosts gpu-a (chat), gpu-a-embed (embed) are one machine (ansible_host 192.0.2.30): "
+                        "deployments that share a machine each name their GPUs with vllm_cluster_gpu_ids (disjoint "
+                        "lists); gpu-a, gpu-a-embed set none"]
+    # Disjoint lists: allowed. Overlapping: the GPU and both hosts are named.
+    assert fleet.shared_machine_problems(selected, one_machine, {"gpu-a": [0, 1, 2, 3], "gpu-a-embed": [4, 5]}) == []
+    problems = fleet.shared_machine_problems(selected, one_machine, {"gpu-a": [0, 1, 2, 3], "gpu-a-embed": [3, 4]})
+    assert problems == ["hosts gpu-a (chat), gpu-a-embed (embed) are one machine (ansible_host 192.0.2.30): GPU 3 is "
+                        "in vllm_cluster_gpu_ids of both gpu-a ([0, 1, 2, 3]) and gpu-a-embed ([3, 4]); expected "
+                        "disjoint GPU lists"]
+    problems = fleet.shared_machine_problems(selected, one_machine, {"gpu-a": [0, 1]})
+    assert problems[0].endswith("gpu-a-embed sets none")
+    with pytest.raises(fleet.FleetError, match=r"host gpu-a: vllm_cluster_gpu_ids must be a non-empty list of "
+                                               r"distinct GPU indices \(0, 1, ...\), got \[1, 1\]"):
+        fleet.shared_machine_problems(selected, one_machine, {"gpu-a": [1, 1], "gpu-a-embed": [2]})
+    # Two hosts of one deployment on one machine: refused whatever their GPUs.
+    same = [("chat", ["gpu-a", "gpu-a-again"])]
+    problems = fleet.shared_machine_problems(same, {"gpu-a": "m", "gpu-a-again": "m"},
+                                             {"gpu-a": [0], "gpu-a-again": [1]})
+    assert problems == ["hosts gpu-a (chat), gpu-a-again (chat) are one machine (ansible_host m): deployment chat "
+                        "has two hosts on it; a deployment uses a machine once (give it its GPUs with "
+                        "vllm_cluster_gpu_ids on one host)"]
     assert fleet.shared_machine_problems(selected, {"gpu-a": "192.0.2.30", "gpu-a-embed": "192.0.2.31"}) == []
     # Without ansible_host a host is its own machine (local test inventories).
     assert fleet.shared_machine_problems(selected, {}) == []
+
+
+def test_a_run_of_one_deployment_plans_the_deployments_sharing_its_machines():
+    every = [("chat", ["a1", "a2"]), ("embed", ["e1"]), ("batch", ["b1"]), ("other", ["o1"])]
+    machine_of = {"a1": "m1", "a2": "m2", "e1": "m2", "b1": "m3", "o1": "m4"}
+    # embed shares m2 with chat; chat brings nothing else; batch and other stay out.
+    assert fleet.co_residents(every, [("embed", ["e1"])], machine_of) == [("chat", ["a1", "a2"]),
+                                                                          ("embed", ["e1"])]
+    assert fleet.co_residents(every, [("batch", ["b1"])], machine_of) == [("batch", ["b1"])]
+    # Transitively: a deployment that shares with a co-resident is planned too.
+    machine_of["b1"] = "m1"
+    assert [name for name, _ in fleet.co_residents(every, [("embed", ["e1"])], machine_of)] == [
+        "chat", "embed", "batch"]
+
+
+def test_plans_sharing_a_machine_must_open_distinct_ports_and_run_mp():
+    def plan(name, ports, backend="mp"):
+        return {"deployment": name, "backend": backend, "ports": ports}
+
+    machine_of = {"a": "m", "b": "m", "c": "n"}
+    plans = {"a": plan("chat", {"api": 8000, "master": 29500}), "b": plan("embed", {"api": 8001, "master": 29501}),
+             "c": plan("far", {"api": 8000, "master": 29500})}
+    assert fleet.co_resident_problems(plans, machine_of) == []  # c repeats a's ports on another machine: fine
+    plans["b"] = plan("embed", {"api": 8001, "master": 29500})
+    assert fleet.co_resident_problems(plans, machine_of) == [
+        "host b (embed) on machine m: port master=29500 is also chat's master; deployments that share a machine "
+        "need distinct ports (vllm_cluster_ports)"]
+    plans["b"] = plan("embed", {"api": 8001, "master": 29501}, backend="ray")
+    assert fleet.co_resident_problems(plans, machine_of)[0].startswith(
+        "host b (embed) shares machine m with another deployment and plans backend ray")
 
 
 def test_the_filters_read_hostvars_and_fail_with_the_message():
@@ -80,6 +132,21 @@ def test_the_filters_read_hostvars_and_fail_with_the_message():
     hostvars["b1"]["ansible_host"] = "10.0.0.1"
     with pytest.raises(AnsibleFilterError, match=r"hosts a1 \(chat\), b1 \(embed\) are one machine"):
         fleet_batches(hosts, hostvars)
+    # With disjoint GPU lists they share it; a run of embed alone plans chat too (with_co_residents), not a2's
+    # machine-mates (it has none).
+    hostvars["a1"]["vllm_cluster_gpu_ids"], hostvars["b1"]["vllm_cluster_gpu_ids"] = [0, 1], [2, 3]
+    assert fleet_batches(hosts, hostvars) == [2, 1]
+    assert fleet_deployments(hosts, hostvars, "embed") == [{"name": "embed", "hosts": ["b1"]}]
+    assert fleet_deployments(hosts, hostvars, "embed", with_co_residents=True) == [
+        {"name": "chat", "hosts": ["a1", "a2"]}, {"name": "embed", "hosts": ["b1"]}]
+    hostvars["a1"]["vllm_cluster_plan"] = {"deployment": "chat", "ports": {"api": 8000}}
+    hostvars["b1"]["vllm_cluster_plan"] = {"deployment": "embed", "ports": {"api": 8000}}
+    assert fleet_machine_plans(hosts, hostvars, "b1") == [hostvars["b1"]["vllm_cluster_plan"],
+                                                          hostvars["a1"]["vllm_cluster_plan"]]
+    assert fleet_machine_plans(hosts, hostvars, "a2") == []  # no plan on a2 in this run
+    assert fleet_co_resident_problems(hosts, hostvars) == [
+        "host b1 (embed) on machine 10.0.0.1: port api=8000 is also chat's api; deployments that share a machine "
+        "need distinct ports (vllm_cluster_ports)"]
 
 
 def _inventory_request(group_vars, host):
@@ -173,13 +240,14 @@ def test_two_inventory_hosts_of_one_machine_fail_the_plan_before_any_node_is_con
     result, report = play(inventory)
     assert result.returncode != 0
     failed = task(report, "Find the deployments of vllm_nodes (vllm_cluster_deployments selects some)")["localhost"]
-    assert "hosts gpu-a (chat), gpu-a-small (small) are one machine (ansible_host 192.0.2.1)" in failed["msg"]
+    assert ("hosts gpu-a (chat), gpu-a-small (small) are one machine (ansible_host 192.0.2.1): deployments that "
+            "share a machine each name their GPUs with vllm_cluster_gpu_ids") in failed["msg"]
     assert len(report["plays"]) == 1
 
 
 # Plays whose tasks are per host alone (no run_once, no peers): every host at once, no batches.
-PER_HOST_PLAYS = ("plan.yml: Gather GPU facts on the nodes that do not declare them",
-                  "deployed_plan.yml: Read the plan each node runs")
+PER_HOST_PLAYS = ("deployed_plan.yml: Read the plan each node runs",)
+PLANNED_HOSTS_PLAY = "plan.yml: Gather GPU facts on the nodes that do not declare them"
 
 
 def test_every_play_over_the_nodes_runs_one_batch_per_deployment():
@@ -198,6 +266,9 @@ def test_every_play_over_the_nodes_runs_one_batch_per_deployment():
             if path.name == "teardown.yml":  # per host, --limit works; it selects with meta: end_host
                 assert hosts == "vllm_nodes", name
                 continue
+            if name == PLANNED_HOSTS_PLAY:  # read only, per host: the selection and its machine-mates
+                assert "__vllm_cluster_fleet" in hosts and "serial" not in one_play, name
+                continue
             if hosts != expected_hosts:
                 unbatched.append(f"{name}: hosts {hosts!r}")
             elif one_play.get("serial") != expected_serial and name not in PER_HOST_PLAYS:
@@ -211,3 +282,112 @@ def test_no_task_ends_the_whole_play():
     users = [str(path.relative_to(REPO)) for path in [*REPO.glob("playbooks/**/*.yml"), *REPO.glob("roles/*/tasks/*.yml")]
              if re.search(r"meta: +end_play", path.read_text())]
     assert users == []
+
+
+SHARED_EXAMPLE = EXAMPLES / "fleet-shared-node"
+
+
+def _plans_of(report):
+    plans = {}
+    for one_play in report["plays"]:
+        for entry in one_play["tasks"]:
+            if entry["task"]["name"] == COMPUTE:
+                plan = entry["hosts"]["localhost"]["ansible_facts"]["__vllm_cluster_plan"]
+                plans[plan["deployment"]] = plan
+    return plans
+
+
+def test_two_deployments_share_one_machine_on_disjoint_gpus():
+    """The shared-node example: one 8-GPU machine, chat on GPUs 0-3 and coder on 4-7. Each plan counts its own
+    GPUs, sets CUDA_VISIBLE_DEVICES to them, names them in local_gpus as nvidia-smi does, and runs as its own
+    unit with its own files; the ports differ. Fails if a deployment saw all 8 GPUs, or both used vllm.service."""
+    result, report = play(SHARED_EXAMPLE)
+    assert result.returncode == 0, result.stdout[-3000:]
+    plans = _plans_of(report)
+    chat, coder = plans["chat"], plans["coder"]
+    assert chat["cluster"]["gpus_per_node"] == 4 and coder["cluster"]["gpus_per_node"] == 4
+    (chat_node,), (coder_node,) = chat["nodes"], coder["nodes"]
+    assert chat_node["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and chat_node["gpu_ids"] == [0, 1, 2, 3]
+    assert coder_node["env"]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7" and coder_node["local_gpus"] == [4, 5, 6, 7]
+    assert coder["tp"] == 4
+    assert chat["service"] == {"unit": "vllm-chat.service", "config_dir": "/etc/vllm-cluster/deployments/chat",
+                               "stage_dir": "/etc/vllm-cluster/deployments/chat/stages", "shares_machines": True}
+    assert coder["service"]["unit"] == "vllm-coder.service"
+    assert chat["ports"]["api"] != coder["ports"]["api"]
+
+
+@pytest.mark.parametrize(("coder_ids", "expected"), [
+    ([3, 4, 5, 6], "GPU 3 is in vllm_cluster_gpu_ids of both h200-1-chat ([0, 1, 2, 3]) and h200-1-coder "
+                   "([3, 4, 5, 6]); expected disjoint GPU lists"),
+    (None, "deployments that share a machine each name their GPUs with vllm_cluster_gpu_ids (disjoint lists); "
+           "h200-1-coder sets none"),
+])
+def test_overlapping_or_missing_gpu_lists_fail_before_any_node_is_contacted(tmp_path, coder_ids, expected):
+    inventory = tmp_path / "inventory"
+    shutil.copytree(SHARED_EXAMPLE, inventory)
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    coder = hosts["all"]["children"]["vllm_nodes"]["children"]["coder"]["hosts"]["h200-1-coder"]
+    if coder_ids is None:
+        del coder["vllm_cluster_gpu_ids"]
+    else:
+        coder["vllm_cluster_gpu_ids"] = coder_ids
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    result, report = play(inventory)
+    assert result.returncode != 0
+    failed = task(report, "Find the deployments of vllm_nodes (vllm_cluster_deployments selects some)")["localhost"]
+    assert "hosts h200-1-chat (chat), h200-1-coder (coder) are one machine (ansible_host 192.0.2.40): " + expected \
+        in failed["msg"]
+    assert len(report["plays"]) == 1  # nothing after the controller's first play
+
+
+def test_a_port_two_deployments_of_one_machine_open_fails_the_plan(tmp_path):
+    inventory = tmp_path / "inventory"
+    shutil.copytree(SHARED_EXAMPLE, inventory)
+    coder_vars = yaml.safe_load((inventory / "group_vars" / "coder.yml").read_text())
+    coder_vars["vllm_cluster_ports"]["master"] = 29501  # chat's master port (the default)
+    (inventory / "group_vars" / "coder.yml").write_text(yaml.safe_dump(coder_vars))
+    result, report = play(inventory)
+    assert result.returncode != 0
+    failed = task(report, "Check that the deployments sharing a machine open distinct ports "
+                          "(fleet_co_resident_problems)")["localhost"]
+    assert failed["msg"] == ("host h200-1-coder (coder) on machine 192.0.2.40: port master=29501 is also chat's "
+                             "master; deployments that share a machine need distinct ports (vllm_cluster_ports)")
+
+
+def test_a_run_of_one_deployment_plans_its_machine_mate_and_no_other(tmp_path):
+    """-e vllm_cluster_deployments=coder plans chat too (the machine's firewall covers both), and nothing else."""
+    inventory = tmp_path / "inventory"
+    shutil.copytree(SHARED_EXAMPLE, inventory)
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    hosts["all"]["children"]["vllm_nodes"]["children"]["far"] = {
+        "hosts": {"h200-2": {"ansible_host": "192.0.2.41"}},
+        "vars": {"vllm_cluster_deployment": "far", "vllm_cluster_model": "llama-3.1-8b"}}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    result, report = play(inventory, "-e", "vllm_cluster_deployments=coder")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert sorted(_plans_of(report)) == ["chat", "coder"]
+
+
+def test_the_planner_counts_a_nodes_gpu_ids_and_refuses_ones_it_lacks():
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import PlanError
+    node = {"name": "gpu-a", "address": "192.0.2.30", "gpus": H100, "gpu_ids": [6, 7]}
+    plan = build_plan("llama-3.1-8b", [node], {"max_model_len": 8192}, {"tp": 2}, deployment="small")
+    (entry,) = plan["nodes"]
+    assert (entry["local_gpus"], entry["env"]["CUDA_VISIBLE_DEVICES"], plan["cluster"]["gpus_per_node"]) == (
+        [6, 7], "6,7", 2)
+    assert plan["service"]["unit"] == "vllm-small.service"
+    # Without gpu_ids: the machine's own names, no CUDA_VISIBLE_DEVICES (every GPU).
+    whole = build_plan("llama-3.1-8b", [dict(node, gpu_ids=None)], {"max_model_len": 8192}, deployment="small")
+    assert whole["service"]["unit"] == "vllm.service" and "CUDA_VISIBLE_DEVICES" not in whole["nodes"][0]["env"]
+    with pytest.raises(PlanError, match=r"node gpu-a: vllm_cluster_gpu_ids \[7, 8\] names GPU 8, but the node has "
+                                        r"8 GPU\(s\) \(indices 0-7\)"):
+        build_plan("llama-3.1-8b", [dict(node, gpu_ids=[7, 8])], {"max_model_len": 8192})
+    # On the CPU platform (the lab) lab GPU i is core i: two deployments on one node bind apart.
+    cpu = {"name": "node3", "address": "10.232.2.13", "gpu_ids": [1],
+           "gpus": {"count": 2, "name": "cpu", "memory_total_mib": 4096, "nvlink": False}}
+    sys.path.insert(0, str(REPO / "lab"))
+    from make_tiny_model import make_config  # noqa: PLC0415
+
+    lab = build_plan({"config": make_config("llama", 4, 4, 2, 32, 0)}, [cpu], {"max_model_len": 512},
+                     device="cpu", deployment="lab-c", model_path="/srv/models/tiny-llama")
+    assert lab["nodes"][0]["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "1"

@@ -127,13 +127,14 @@ def test_the_record_writes_the_evidence_the_stage_role_declares(tmp_path):
     stamps = tmp_path / "stamps"
     playbook.write_text(yaml.safe_dump([{
         "hosts": "localhost", "gather_facts": False,
+        # The plan's service section says where the deployment's stamps go (plan/build.py service).
         "vars": {"deploy_stage_name": "verify", "ansible_python_interpreter": MODULE_PYTHON,
+                 "vllm_cluster_plan": {"service": {"stage_dir": str(stamps)}},
                  "__vllm_verify_stage_evidence": {"paths": [str(probe)], "probes": [["cat", str(probe)]]}},
         "pre_tasks": [{"ansible.builtin.import_role": {"name": "vllm_ops.cluster.deploy_stage", "tasks_from": "skip"}}],
         "tasks": [{"name": "The stage's role", "ansible.builtin.debug": {"msg": "ran"}}],
         "post_tasks": [{"ansible.builtin.import_role": {"name": "vllm_ops.cluster.deploy_stage",
-                                                        "tasks_from": "record"},
-                        "module_defaults": {"vllm_ops.cluster.stage_stamp": {"dir": str(stamps)}}}],
+                                                        "tasks_from": "record"}}],
     }]))
 
     def play(*extra):

@@ -74,6 +74,7 @@ def plan(request):
         "nodes": nodes,
         "memory": memory_section(inputs, cand, ev),
         "ports": inputs.ports,
+        "service": service(inputs.deployment, any(node.get("gpu_ids") for node in inputs.nodes)),
         "decision": decision(inputs, cand, ev, trace, default_missed, q2),
         "warnings": warnings(inputs, cand, ev, default_missed),
         "expect": expect(inputs, cand, ev, rows, nodes),
@@ -82,6 +83,25 @@ def plan(request):
         result["cluster"]["cpu_cores_per_node"] = inputs.cpu_cores_per_node
         result["cluster"]["cpu_kvcache_space_gib"] = inputs.cpu_kvcache_space_gib
     return result
+
+
+SERVICE_UNIT = "vllm.service"
+CONFIG_DIR = "/etc/vllm-cluster"
+
+
+def service(deployment, shares_machines):
+    """Where the deployment's vLLM lives on its nodes: the unit, and the directory of its env, plan and stage stamps.
+
+    A deployment that owns its machines keeps the names of a one-deployment inventory (vllm.service,
+    /etc/vllm-cluster). One that names its GPUs (vllm_cluster_gpu_ids: it may share machines on disjoint GPUs)
+    runs as an instance of its own: vllm-<deployment>.service and /etc/vllm-cluster/deployments/<deployment>.
+    """
+    if not shares_machines:
+        return {"unit": SERVICE_UNIT, "config_dir": CONFIG_DIR, "stage_dir": f"{CONFIG_DIR}/stages",
+                "shares_machines": False}
+    config_dir = f"{CONFIG_DIR}/deployments/{deployment}"
+    return {"unit": f"vllm-{deployment}.service", "config_dir": config_dir, "stage_dir": f"{config_dir}/stages",
+            "shares_machines": True}
 
 
 def _cluster(inputs):

@@ -43,7 +43,7 @@ TARGETS = (
     "throughput_need_tok_s",
     "replica_throughput_tok_s",
 )
-NODE_KEYS = ("name", "address", "fabric_interface", "ib_hcas", "gpus")
+NODE_KEYS = ("name", "address", "fabric_interface", "ib_hcas", "gpus", "gpu_ids")
 
 
 class Inputs:
@@ -65,7 +65,7 @@ def check_cluster(cluster):
         unknown = sorted(str(k) for k in node if k not in NODE_KEYS)
         if unknown:
             raise PlanError(
-                f"{where} has unknown keys {unknown}; expected name, address, gpus, fabric_interface, ib_hcas"
+                f"{where} has unknown keys {unknown}; expected name, address, gpus, fabric_interface, ib_hcas, gpu_ids"
             )
         name, address = node.get("name"), node.get("address", node.get("name"))
         if not isinstance(name, str) or not NAME.match(name):
@@ -102,6 +102,9 @@ def _node_gpus_and_network(name, address, node):
     if gpus.get("memory_cuda_total_mib") is not None:
         memory = positive(gpus["memory_cuda_total_mib"], f"node {name}: gpus.memory_cuda_total_mib")
     nvlink = boolean(gpus["nvlink"], f"node {name}: gpus.nvlink")
+    gpu_ids = _gpu_ids(name, node.get("gpu_ids"), count)
+    if gpu_ids is not None:
+        count = len(gpu_ids)
     interface = node.get("fabric_interface")
     hcas = node.get("ib_hcas")
     env = {}
@@ -116,7 +119,24 @@ def _node_gpus_and_network(name, address, node):
         "fabric_interface": interface,
         "network_env": env,
         "gpus": {"count": count, "name": gpus["name"].strip(), "memory_total_mib": memory, "nvlink": nvlink},
+        "gpu_ids": gpu_ids,
     }
+
+
+def _gpu_ids(name, value, count):
+    """vllm_cluster_gpu_ids: the machine's GPUs this deployment uses (a machine shared on disjoint GPUs)."""
+    if value is None:
+        return None
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(gpu, int) and not isinstance(gpu, bool) for gpu in value)
+            or len(set(value)) != len(value)):
+        raise PlanError(f"node {name}: vllm_cluster_gpu_ids must be a non-empty list of distinct GPU indices, "
+                        f"got {value!r}")
+    outside = [gpu for gpu in value if not 0 <= gpu < count]
+    if outside:
+        raise PlanError(f"node {name}: vllm_cluster_gpu_ids {value} names GPU {outside[0]}, but the node has "
+                        f"{count} GPU(s) (indices 0-{count - 1})")
+    return sorted(value)
 
 
 def check_ports(request, mode):

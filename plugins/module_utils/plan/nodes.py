@@ -63,7 +63,9 @@ def rank_table(inputs, cand):
     return rows
 
 
-def _cpu_binding(inputs, node_name, workers):
+def _cpu_binding(inputs, node_name, workers, gpu_ids=None):
+    if gpu_ids:  # a shared machine on the CPU platform: lab GPU i is core i, so deployments bind apart
+        return "|".join(str(core) for core in gpu_ids[:workers])
     cores = inputs.cpu_cores_per_node if inputs.cpu_cores_per_node is not None else workers
     if cores < workers:
         raise PlanError(
@@ -111,9 +113,11 @@ def node_env(inputs, node, workers):
         env["HF_HUB_OFFLINE"] = "1"
     if inputs.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(inputs.cpu_kvcache_space_gib)
-        env["VLLM_CPU_OMP_THREADS_BIND"] = _cpu_binding(inputs, node["name"], workers)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = _cpu_binding(inputs, node["name"], workers, node.get("gpu_ids"))
         if is_ip(node["address"]):
             env["VLLM_HOST_IP"] = node["address"]
+    if node.get("gpu_ids"):
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in node["gpu_ids"])
     env.update(node["network_env"])
     return dict(sorted(env.items()))
 
@@ -129,6 +133,7 @@ def layout_nodes(inputs, cand, rows):
     result = []
     for index, node in enumerate(used):
         node_rows = by_node[node["name"]]
+        ids = node.get("gpu_ids")
         runs_vllm = mode.runs_vllm(index)
         entry = {
             "node_rank": index,
@@ -136,7 +141,8 @@ def layout_nodes(inputs, cand, rows):
             "address": node["address"],
             "role": "head" if index == 0 else "worker",
             "ranks": [row["rank"] for row in node_rows],
-            "local_gpus": sorted({row["device_index"] for row in node_rows}),
+            # nvidia-smi's indices: on a shared machine, the node's vllm_cluster_gpu_ids (CUDA_VISIBLE_DEVICES)
+            "local_gpus": sorted({ids[row["device_index"]] if ids else row["device_index"] for row in node_rows}),
             "dp_ranks": sorted({row["dp"] for row in node_rows}),
             "headless": mode.headless(index),
             "runs_vllm": runs_vllm,
@@ -145,6 +151,8 @@ def layout_nodes(inputs, cand, rows):
         }
         if node["fabric_interface"]:
             entry["fabric_interface"] = node["fabric_interface"]
+        if node.get("gpu_ids"):
+            entry["gpu_ids"] = node["gpu_ids"]  # the deployment's GPUs of the machine (CUDA_VISIBLE_DEVICES)
         entry.update(mode.node_extras(node, head, len(entry["local_gpus"]), inputs.ports))
         result.append(entry)
     return result
