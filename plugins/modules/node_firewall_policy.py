@@ -22,8 +22,16 @@ description:
 options:
   plan:
     description: The deployment plan (C(vllm_cluster_plan)).
-    type: dict
     required: true
+    type: dict
+  machine_plans:
+    description:
+      - The plans of the other deployments on this machine (deployments sharing it on disjoint GPUs,
+        C(vllm_cluster_gpu_ids)); the machine has one table, so their API ports, cluster nodes and protected
+        ports are added. The plan itself may be in the list (it is counted once).
+    type: list
+    elements: dict
+    default: []
   table:
     description: Name of the nftables table (family inet) the project owns.
     type: str
@@ -107,6 +115,18 @@ table:
   returned: success
   type: str
   sample: vllm_cluster
+api_ports:
+  description: Every API port the table opens (one per deployment on the machine).
+  returned: success
+  type: list
+  elements: int
+  sample: [8000, 8001]
+deployments:
+  description: The deployments the table covers, this plan's first.
+  returned: success
+  type: list
+  elements: str
+  sample: [chat, embed]
 api_port:
   description: The API port from the plan.
   returned: success
@@ -140,6 +160,7 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "plan": {"type": "dict", "required": True},
+            "machine_plans": {"type": "list", "elements": "dict", "default": []},
             "table": {"type": "str", "default": "vllm_cluster"},
             "api_cidrs": {"type": "list", "elements": "str", "default": []},
             "scope": {"type": "str", "choices": ["deployment", "plan"], "default": "deployment"},
@@ -156,7 +177,7 @@ def main():
             table=params["table"], plan=params["plan"], api_cidrs=params["api_cidrs"], scope=params["scope"],
             include_ray_defaults=params["include_ray_defaults"], ephemeral_range=params["ephemeral_range"],
             extra_protected_ports=params["extra_protected_ports"],
-            extra_cluster_addresses=params["extra_cluster_addresses"])
+            extra_cluster_addresses=params["extra_cluster_addresses"], machine_plans=params["machine_plans"])
     except FirewallError as error:
         module.fail_json(msg=f"node_firewall_policy: {error}")
     module.exit_json(changed=False, **policy)

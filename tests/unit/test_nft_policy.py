@@ -150,3 +150,47 @@ def test_merged_spans_cover_exactly_the_same_ports_without_overlap(raw):
     covered = {port for low, high in spans for port in range(low, high + 1)}
     assert {port for low, high in merged for port in range(low, high + 1)} == covered
     assert all(merged[i][1] + 1 < merged[i + 1][0] for i in range(len(merged) - 1))
+
+
+# A second deployment on node3 (disjoint GPUs, vllm_cluster_gpu_ids): its own API and master ports.
+SHARED_PLAN = {
+    "deployment": "lab-b",
+    "nodes": [{"host": "node3-b", "address": "10.232.2.13", "node_rank": 0}],
+    "ports": {"api": 8001, "master": 29511, "dp_rpc": 29560},
+    "cluster": {"nodes": [{"name": "node3-b", "address": "10.232.2.13"}]},
+}
+OTHER_ON_NODE3 = {
+    "deployment": "lab-c",
+    "nodes": [{"host": "node3-c", "address": "10.232.2.13", "node_rank": 0}],
+    "ports": {"api": 8002, "master": 29512, "dp_rpc": 29561},
+    "cluster": {"nodes": [{"name": "node3-c", "address": "10.232.2.13"}, {"name": "node4", "address": "10.232.2.14"}]},
+}
+
+
+def test_one_table_covers_every_deployment_on_a_shared_machine(tmp_path):
+    """Deployments sharing a machine get one table: each API port open as the plan's own is, every cluster node of
+    either deployment trusted, every protected port of either kept. Fails if a deployment's rules replace another's
+    (node3 would drop lab-c's API, or lab-c's node4 NCCL traffic)."""
+    alone = build_policy(table="vllm_cluster", plan=SHARED_PLAN, api_cidrs=["10.0.0.0/8"])
+    both = build_policy(table="vllm_cluster", plan=SHARED_PLAN, api_cidrs=["10.0.0.0/8"],
+                        machine_plans=[SHARED_PLAN, OTHER_ON_NODE3])
+    assert both["api_ports"] == [8001, 8002] and both["deployments"] == ["lab-b", "lab-c"]
+    assert both["cluster_addresses"] == ["10.232.2.13", "10.232.2.14"]
+    assert "29511-29512" in both["protected_ports"] and "29560-29561" in both["protected_ports"]
+    for port in (8001, 8002):
+        assert f'tcp dport {port} counter drop comment "vLLM API from outside the allowed CIDRs"' in both["ruleset"]
+        assert f"tcp dport {port} ip saddr @api_v4 accept" in both["ruleset"]
+    assert "8002" not in alone["ruleset"]
+    assert "firewall of deployments lab-b, lab-c" in both["ruleset"]
+    # The same plan alone, given as its own machine-mate, renders exactly as before (no change on a converged node).
+    assert build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=[], machine_plans=[MP_PLAN]) == \
+        build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=[])
+    result = nft_check(both["ruleset"], tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_an_api_port_inside_a_machine_mates_protected_range_is_refused():
+    inside = dict(OTHER_ON_NODE3, ports={"api": 29511, "master": 29600})
+    with pytest.raises(FirewallError, match=r"the API port 29511 falls inside a protected port range of a "
+                                            r"deployment on this machine"):
+        build_policy(table="vllm_cluster", plan=SHARED_PLAN, api_cidrs=[], machine_plans=[inside])

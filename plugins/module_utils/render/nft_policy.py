@@ -130,12 +130,15 @@ def _set(name: str, kind: str, elements: list[str]) -> list[str]:
     return lines
 
 
-def render_ruleset(*, table: str, cluster_addresses: list, api_port: int, api_cidrs: list,
+def render_ruleset(*, table: str, cluster_addresses: list, api_port: int | list, api_cidrs: list,
                    protected: list[tuple[int, int]], comment: str = "") -> str:
-    """The nftables script: replaces the whole table atomically when loaded with `nft -f`."""
+    """The nftables script: replaces the whole table atomically when loaded with `nft -f`.
+
+    ``api_port`` is one port, or a list of them (the deployments that share a machine): each gets the same rules.
+    """
     if not TABLE_NAME_RE.match(table or ""):
         raise FirewallError(f"table name {table!r}: expected a letter then up to 31 letters, digits or _")
-    api_port = _port("api", api_port)
+    api_ports = [_port("api", port) for port in (api_port if isinstance(api_port, list) else [api_port])]
     cluster_v4, cluster_v6 = split_networks(cluster_addresses, "cluster node address")
     if not cluster_v4 and not cluster_v6:
         raise FirewallError("cluster node addresses: none given; expected the plan's node addresses")
@@ -155,11 +158,16 @@ def render_ruleset(*, table: str, cluster_addresses: list, api_port: int, api_ci
         "    type filter hook input priority filter - 10; policy accept;",
         "    ct state established,related accept",
         '    iif "lo" accept',
-        f"    tcp dport {api_port} ip saddr @api_v4 accept",
-        f"    tcp dport {api_port} ip6 saddr @api_v6 accept",
-        f"    tcp dport {api_port} ip saddr @cluster_v4 accept",
-        f"    tcp dport {api_port} ip6 saddr @cluster_v6 accept",
-        f'    tcp dport {api_port} counter drop comment "vLLM API from outside the allowed CIDRs"',
+    ]
+    for port in api_ports:
+        lines += [
+            f"    tcp dport {port} ip saddr @api_v4 accept",
+            f"    tcp dport {port} ip6 saddr @api_v6 accept",
+            f"    tcp dport {port} ip saddr @cluster_v4 accept",
+            f"    tcp dport {port} ip6 saddr @cluster_v6 accept",
+            f'    tcp dport {port} counter drop comment "vLLM API from outside the allowed CIDRs"',
+        ]
+    lines += [
         "    ip saddr @cluster_v4 accept",
         "    ip6 saddr @cluster_v6 accept",
         f'    tcp dport {{ {ports} }} counter drop comment "cluster-internal ports from outside the cluster"',
@@ -187,28 +195,50 @@ def cluster_nodes(plan: dict, scope: str) -> list[dict]:
 def build_policy(*, table: str, plan: dict, api_cidrs: list, scope: str = "deployment",
                  include_ray_defaults: bool = True,
                  ephemeral_range: list | tuple | None = DEFAULT_EPHEMERAL_RANGE,
-                 extra_protected_ports: list | None = None, extra_cluster_addresses: list | None = None) -> dict:
-    """From the plan: the ruleset text and the facts behind it (for the role's report and checks)."""
-    if not isinstance(plan, dict) or not plan.get("nodes") or "ports" not in plan:
-        raise FirewallError("plan: expected the deployment plan with nodes and ports (playbooks/plan.yml)")
-    ports = dict(plan["ports"])
-    if "api" not in ports:
-        raise FirewallError("plan ports: no api port")
-    api_port = _port("api", ports.pop("api"))
-    members = cluster_nodes(plan, scope)
-    addresses = [node["address"] for node in members] + list(extra_cluster_addresses or [])
+                 extra_protected_ports: list | None = None, extra_cluster_addresses: list | None = None,
+                 machine_plans: list | None = None) -> dict:
+    """From the plan: the ruleset text and the facts behind it (for the role's report and checks).
+
+    ``machine_plans``: the plans of the other deployments on this machine (deployments that share it on disjoint
+    GPUs). The machine has one table: their API ports, cluster nodes and protected ports are added to the plan's,
+    so that no deployment's table closes another's ports.
+    """
+    plans = [plan] + [other for other in machine_plans or [] if other is not plan and other != plan]
     ephemeral = None
     if ephemeral_range:
         if len(ephemeral_range) != 2:
             raise FirewallError(f"ephemeral range {ephemeral_range!r}: expected [first, last]")
         ephemeral = (_port("ephemeral range start", ephemeral_range[0]),
                      _port("ephemeral range end", ephemeral_range[1]))
-    spans = protected_spans(ports, api_port=api_port, include_ray_defaults=include_ray_defaults,
-                            ephemeral_range=ephemeral, extra_ports=extra_protected_ports)
+    api_ports, members, spans = [], [], []
+    for one in plans:
+        if not isinstance(one, dict) or not one.get("nodes") or "ports" not in one:
+            raise FirewallError("plan: expected the deployment plan with nodes and ports (playbooks/plan.yml)")
+        ports = dict(one["ports"])
+        if "api" not in ports:
+            raise FirewallError(f"plan ports of deployment {one.get('deployment', '?')}: no api port")
+        api_port = _port("api", ports.pop("api"))
+        if api_port not in api_ports:
+            api_ports.append(api_port)
+        for node in cluster_nodes(one, scope):
+            if node["address"] not in [member["address"] for member in members]:
+                members.append(node)
+        spans += protected_spans(ports, api_port=api_port, include_ray_defaults=include_ray_defaults,
+                                 ephemeral_range=ephemeral, extra_ports=extra_protected_ports)
+    spans = merge_spans(spans)
+    for api_port in api_ports:
+        if any(first <= api_port <= last for first, last in spans):
+            raise FirewallError(
+                f"the API port {api_port} falls inside a protected port range of a deployment on this machine "
+                f"({', '.join(_span_text(s) for s in spans)}): move the API port or the range")
+    addresses = [node["address"] for node in members] + list(extra_cluster_addresses or [])
     hosts = ", ".join(f"{node['name']} {node['address']}" for node in members)
+    names = ", ".join(str(one.get("deployment", "?")) for one in plans)
     ruleset = render_ruleset(
-        table=table, cluster_addresses=addresses, api_port=api_port, api_cidrs=api_cidrs, protected=spans,
-        comment=(f"vllm-cluster firewall of deployment {plan.get('deployment', '?')} (managed; edits are lost).\n"
+        table=table, cluster_addresses=addresses, api_port=api_ports[0] if len(api_ports) == 1 else api_ports,
+        api_cidrs=api_cidrs, protected=spans,
+        comment=(f"vllm-cluster firewall of deployment{'s' if len(plans) > 1 else ''} {names} "
+                 "(managed; edits are lost).\n"
                  f"Cluster nodes (scope {scope}): {hosts}."))
     cluster_v4, cluster_v6 = split_networks(addresses, "cluster node address")
     return {
@@ -216,7 +246,9 @@ def build_policy(*, table: str, plan: dict, api_cidrs: list, scope: str = "deplo
         "table": table,
         "scope": scope,
         "cluster_nodes": members,
-        "api_port": api_port,
+        "api_port": api_ports[0],
+        "api_ports": api_ports,
+        "deployments": [one.get("deployment") for one in plans],
         "api_cidrs": api_cidrs,
         "cluster_addresses": cluster_v4 + cluster_v6,
         "protected_ports": [_span_text(span) for span in spans],
