@@ -28,6 +28,13 @@ options:
     type: list
     elements: str
     default: [vllm.service, ray-head.service, ray-worker.service, nvidia-fabricmanager.service]
+  vllm_unit:
+    description:
+      - The deployment's vLLM unit (the plan's C(service.unit)); it is read where O(units) names C(vllm.service)
+        and reported under that key (the doctor's name for the deployment's vLLM unit), so a deployment that
+        shares a machine (C(vllm-<deployment>.service)) is diagnosed like any other.
+    type: str
+    default: vllm.service
   env_files:
     description: EnvironmentFiles of the deployment, in the order the units read them (later wins).
     type: list
@@ -159,6 +166,9 @@ evidence:
     ray:
       description: Ray's node list from the head (nodes), or why it could not be read (error).
       type: dict
+    vllm_unit:
+      description: The unit read as C(vllm.service) (O(vllm_unit)).
+      type: str
     plans:
       description: >-
         C(current) (plan.json) and C(previous) (plan.previous.json), each null when absent, else its
@@ -448,10 +458,14 @@ class Gatherer:
             found[key] = {"path": path, "modified": modified, "plan": plan_summary(plan)}
         return found
 
+    def actual(self, name):
+        """The unit read for a name: the deployment's own vLLM unit (vllm_unit) stands in for vllm.service."""
+        return self.params["vllm_unit"] if name == "vllm.service" else name
+
     def gather(self):
-        units = {name: self.unit(name) for name in self.params["units"]}
+        units = {name: self.unit(self.actual(name)) for name in self.params["units"]}
         journal = {
-            name: self.journal(name, info.get("InvocationID"))
+            name: self.journal(self.actual(name), info.get("InvocationID"))
             for name, info in units.items()
             if info.get("LoadState") not in (None, "", "not-found")
         }
@@ -477,6 +491,7 @@ class Gatherer:
         }
         evidence["ray"] = self.ray(units)
         evidence["plans"] = self.plans()
+        evidence["vllm_unit"] = self.params["vllm_unit"]
         evidence["errors"] = self.errors
         return evidence
 
@@ -525,6 +540,7 @@ def main():
             "route_to": {"type": "list", "elements": "str", "default": []},
             "ray_address": {"type": "str"},
             "plan_dir": {"type": "path", "default": "/etc/vllm-cluster"},
+            "vllm_unit": {"type": "str", "default": "vllm.service"},
             "journal_lines": {"type": "int", "default": 4000},
             "timeout": {"type": "int", "default": 30},
             "probe_timeout": {"type": "float", "default": 3.0},

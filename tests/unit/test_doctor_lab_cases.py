@@ -134,3 +134,19 @@ def test_a_gather_that_failed_on_a_node_is_recorded_not_fatal():
     evidence = evidence_from_registered(data["plan"], hosts)
     assert evidence["nodes"]["node1"]["gpu"] == {"error": hosts[0]["gpu"]["msg"]}
     assert diagnosis.diagnose(CATALOG, evidence)["faults"] == 0
+
+
+def test_a_deployment_that_shares_machines_is_told_its_own_unit():
+    """A deployment on a shared machine runs vllm-<deployment>.service (plan service.unit): doctor_gather reads it
+    under the catalog's name vllm.service, and every command of the report names the real unit. Fails if a fix
+    told the operator to restart vllm.service, which on that machine is no unit at all (or another's)."""
+    data = json.loads((CASES / "port-conflict.json").read_text(encoding="utf-8"))
+    data["plan"]["service"] = {"unit": "vllm-lab-b.service", "config_dir": "/etc/vllm-cluster/deployments/lab-b"}
+    hosts = [{"host": h, "gather": g, "gpu": p, "ib": i}
+             for h, g, p, i in zip(data["hosts"], data["gather"], data["gpu"], data["ib"], strict=True)]
+    report = diagnosis.diagnose(CATALOG, evidence_from_registered(data["plan"], hosts))
+    first = faults(report)[0]
+    assert first["id"] == "port_in_use"
+    written = [f[key] for f in report["findings"] for key in ("title", "cause", "fix", "verify")]
+    assert any("vllm-lab-b.service" in text for text in written)
+    assert not any("vllm.service" in text.replace("vllm-lab-b.service", "") for text in written), written

@@ -159,6 +159,7 @@ def diagnose(catalog, evidence):
                 "references": sig["references"],
             }
         )
+    _name_the_vllm_unit(findings, (cluster.plan.get("service") or {}).get("unit"))
     faults = [f for f in findings if f["severity"] == "fault"]
     return {
         "faults": len(faults),
@@ -172,6 +173,17 @@ def diagnose(catalog, evidence):
         "signatures_checked": len(catalog["signatures"]),
         "last_change": last_change(cluster),
     }
+
+
+def _name_the_vllm_unit(findings, unit):
+    """The catalog says vllm.service for the deployment's vLLM unit; a deployment that shares machines runs
+    vllm-<deployment>.service (the plan's service.unit), and its report names that unit in every command."""
+    if not unit or unit == VLLM_UNIT:
+        return
+    for finding in findings:
+        for key in ("title", "cause", "fix", "verify", "symptom"):
+            finding[key] = finding[key].replace(VLLM_UNIT, unit)
+        finding["checks"] = [check.replace(VLLM_UNIT, unit) for check in finding["checks"]]
 
 
 def last_change(cluster):
