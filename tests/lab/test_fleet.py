@@ -38,9 +38,12 @@ B_SERVED = "tiny-b"
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
-def b_vars(max_num_seqs, more=None) -> dict:
-    return {"vllm_cluster_deployment": B, "vllm_cluster_tp": 1,
-            "vllm_cluster_serve_args": {"max-num-seqs": max_num_seqs, "served-model-name": B_SERVED, **(more or {})}}
+def b_vars(max_num_seqs, more=None, gpu_ids=None) -> dict:
+    found = {"vllm_cluster_deployment": B, "vllm_cluster_tp": 1,
+             "vllm_cluster_serve_args": {"max-num-seqs": max_num_seqs, "served-model-name": B_SERVED, **(more or {})}}
+    if gpu_ids is not None:  # node3 shared with C (test_two_deployments_share_node3_on_disjoint_gpus)
+        found.update(vllm_cluster_gpus=TWO_LAB_GPUS, vllm_cluster_gpu_ids=gpu_ids)
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +66,8 @@ def fleet(shared_lab, tiny_model, tmp_path_factory):
     return lab, inventory
 
 
-def write_b(inventory: Path, max_num_seqs, more=None) -> None:
-    (inventory / "group_vars" / "fleet_b.yml").write_text(yaml.safe_dump(b_vars(max_num_seqs, more),
+def write_b(inventory: Path, max_num_seqs, more=None, gpu_ids=None) -> None:
+    (inventory / "group_vars" / "fleet_b.yml").write_text(yaml.safe_dump(b_vars(max_num_seqs, more, gpu_ids),
                                                                          sort_keys=False))
 
 
@@ -91,13 +94,13 @@ def recap(output: str) -> dict[str, dict[str, int]]:
             for host, ok, changed, _, failed in RECAP.findall(output)}
 
 
-def started_at(lab, node: str) -> str:
+def started_at(lab, node: str, unit: str = "vllm.service") -> str:
     """The vLLM unit's start time and main PID on a node: a restart changes both."""
-    shown = lab.ssh(node, "systemctl show -p ActiveEnterTimestampMonotonic,MainPID,ActiveState vllm.service").stdout
+    shown = lab.ssh(node, f"systemctl show -p ActiveEnterTimestampMonotonic,MainPID,ActiveState {unit}").stdout
     return " ".join(sorted(shown.split()))
 
 
-def openai_completion(lab, node: str, model: str) -> dict:
+def openai_completion(lab, node: str, model: str, port: int = 8000) -> dict:
     """One completion and the model list through the openai client, against the node's API."""
     script = (
         "import json, sys, openai\n"
@@ -106,14 +109,14 @@ def openai_completion(lab, node: str, model: str) -> dict:
         "done = client.completions.create(model=sys.argv[3], prompt='The quick brown fox', max_tokens=4,\n"
         "                                 temperature=0, extra_body={'ignore_eos': True})\n"
         "print(json.dumps({'models': models, 'model': done.model, 'tokens': done.usage.completion_tokens}))\n")
-    proc = subprocess.run([str(RUNTIME_PYTHON), "-c", script, f"http://{lab.management_address(node)}:8000/v1",
+    proc = subprocess.run([str(RUNTIME_PYTHON), "-c", script, f"http://{lab.management_address(node)}:{port}/v1",
                            lab.api_key, model], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, f"{node} {model}: {proc.stderr[-3000:]}"
     return json.loads(proc.stdout)
 
 
-def argv_of(lab, node: str) -> list[str]:
-    shown = lab.ssh(node, "systemctl show -p ExecStart --value vllm.service").stdout
+def argv_of(lab, node: str, unit: str = "vllm.service") -> list[str]:
+    shown = lab.ssh(node, f"systemctl show -p ExecStart --value {unit}").stdout
     return shown.split("argv[]=", 1)[1].split(" ;", 1)[0].split()
 
 
@@ -208,10 +211,80 @@ def test_teardown_of_b_leaves_a_serving(fleet, deployed):
     assert lab.ssh(B_NODE, "systemctl is-active vllm.service", check=False).stdout.strip() in ("inactive", "unknown")
     assert {node: started_at(lab, node) for node in A_NODES} == a_before
     assert openai_completion(lab, "node1", A)["tokens"] == 4
-    # The lab as test_deploy leaves it for the modules after this one: no vLLM anywhere, and the lab
-    # inventory's firewall (one deployment of three nodes, which allow each other) on every node.
+
+
+# Two deployments on node3, on disjoint lab GPUs (node3 declares two; lab GPU i is core i): B on GPU 0 and C on
+# GPU 1, C through a second inventory host for the same machine, with ports of its own.
+C, C_HOST, C_SERVED = "lab-c", "node3-c", "tiny-c"
+C_PORTS = {"api": 8001, "master": 29511, "dp_rpc": 29560}
+TWO_LAB_GPUS = {"count": 2, "name": "cpu", "memory_total_mib": 4096, "nvlink": False}
+
+
+def share_node3(inventory: Path) -> None:
+    """B and C on node3: C's host (node3-c, node3's ansible_host and host vars), both groups naming their GPU."""
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    nodes = hosts["all"]["children"]["vllm_nodes"]
+    nodes["children"]["fleet_c"] = {"hosts": {C_HOST: dict(nodes["children"]["fleet_b"]["hosts"][B_NODE])}}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    lab_host_vars = (inventory / "host_vars").resolve()
+    (inventory / "host_vars").unlink()
+    (inventory / "host_vars").mkdir()
+    for path in lab_host_vars.glob("*.yml"):
+        (inventory / "host_vars" / path.name).symlink_to(path)
+    (inventory / "host_vars" / f"{C_HOST}.yml").symlink_to(lab_host_vars / f"{B_NODE}.yml")
+    write_b(inventory, 6, gpu_ids=[0])
+    (inventory / "group_vars" / "fleet_c.yml").write_text(yaml.safe_dump({
+        "vllm_cluster_deployment": C, "vllm_cluster_tp": 1, "vllm_cluster_gpus": TWO_LAB_GPUS,
+        "vllm_cluster_gpu_ids": [1], "vllm_cluster_ports": C_PORTS,
+        "vllm_cluster_serve_args": {"served-model-name": C_SERVED}}, sort_keys=False))
+
+
+def test_two_deployments_share_node3_on_disjoint_gpus(fleet, deployed):
+    """Each runs as its own unit with its own files, CUDA_VISIBLE_DEVICES and cores; node3's one firewall table
+    opens both API ports; A is not restarted; both are verified and answer by their served names. Fails if the
+    second deployment's files or unit replaced the first's, or if node3's table closed one of them."""
+    lab, inventory = fleet
+    a_before = {node: started_at(lab, node) for node in A_NODES}
+    share_node3(inventory)
+    shared = play(fleet, "deploy.yml", timeout=2400)
+    out = shared.stdout
+    verified = re.findall(r"vLLM runs as planned: (\S+ \(\S+\)) TP=(\d) .*? on ([\w, -]+)", out)
+    assert ("single (mp)", "1", B_NODE) in verified and ("single (mp)", "1", C_HOST) in verified, verified
+    assert {node: started_at(lab, node) for node in A_NODES} == a_before, "A was restarted"
+    units = {B: f"vllm-{B}.service", C: f"vllm-{C}.service"}
+    for name, unit in units.items():
+        assert lab.ssh(B_NODE, f"systemctl is-active {unit}", check=False).stdout.strip() == "active", unit
+        env = lab.ssh(B_NODE, f"cat /etc/vllm-cluster/deployments/{name}/vllm.env").stdout
+        gpu = "0" if name == B else "1"
+        assert f"CUDA_VISIBLE_DEVICES={gpu}" in env and f"VLLM_CPU_OMP_THREADS_BIND={gpu}" in env, env
+    assert lab.ssh(B_NODE, "systemctl is-active vllm.service", check=False).stdout.strip() in ("inactive", "unknown")
+    table = lab.ssh(B_NODE, "nft list table inet vllm_cluster").stdout
+    assert "tcp dport 8000 ip saddr @api_v4 accept" in table and "tcp dport 8001 ip saddr @api_v4 accept" in table
+    b = openai_completion(lab, B_NODE, B_SERVED)
+    c = openai_completion(lab, B_NODE, C_SERVED, port=C_PORTS["api"])
+    assert (b["models"], b["tokens"]) == ([B_SERVED], 4) and (c["models"], c["tokens"]) == ([C_SERVED], 4)
+    again = play(fleet, "deploy.yml", timeout=1200)
+    assert {host: c["changed"] for host, c in recap(again.stdout).items()} == {
+        host: 0 for host in recap(again.stdout)}, again.stdout[-3000:]
+
+
+def test_teardown_of_c_leaves_b_serving_on_the_same_node(fleet, deployed):
+    lab, _ = fleet
+    b_before = started_at(lab, B_NODE, f"vllm-{B}.service")
+    play(fleet, "playbooks/teardown.yml", "-e", f"vllm_cluster_deployments={C}", timeout=900)
+    assert lab.ssh(B_NODE, f"systemctl is-active vllm-{C}.service", check=False).stdout.strip() in (
+        "inactive", "unknown")
+    assert started_at(lab, B_NODE, f"vllm-{B}.service") == b_before
+    assert openai_completion(lab, B_NODE, B_SERVED)["tokens"] == 4
+
+
+def test_the_lab_is_left_as_test_deploy_leaves_it(fleet, deployed):
+    """For the modules after this one: no vLLM anywhere, and the lab inventory's firewall (one deployment of
+    three nodes, which allow each other) on every node."""
+    lab, _ = fleet
     play(fleet, "playbooks/teardown.yml", timeout=900)
     lab.ansible_playbook("deploy.yml", "--tags", "firewall", timeout=900)
     for node in (*A_NODES, B_NODE):
-        assert lab.ssh(node, "systemctl is-active vllm.service", check=False).stdout.strip() in ("inactive",
-                                                                                                  "unknown")
+        active = lab.ssh(node, "systemctl list-units --state=active --no-legend 'vllm*.service'", check=False)
+        assert active.stdout.strip() == "", f"{node}: {active.stdout}"
+    assert "tcp dport 8001" not in lab.ssh(B_NODE, "nft list table inet vllm_cluster").stdout
