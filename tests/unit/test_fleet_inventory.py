@@ -248,6 +248,8 @@ def test_two_inventory_hosts_of_one_machine_fail_the_plan_before_any_node_is_con
 # Plays whose tasks are per host alone (no run_once, no peers): every host at once, no batches.
 PER_HOST_PLAYS = ("deployed_plan.yml: Read the plan each node runs",)
 PLANNED_HOSTS_PLAY = "plan.yml: Gather GPU facts on the nodes that do not declare them"
+# Not over the nodes: the monitoring host(s), the group vllm_monitor (role vllm_monitoring).
+MONITOR_PLAY = "monitoring.yml: Prometheus on the monitoring host, with the fleet's targets and the alert rules"
 
 
 def test_every_play_over_the_nodes_runs_one_batch_per_deployment():
@@ -265,6 +267,9 @@ def test_every_play_over_the_nodes_runs_one_batch_per_deployment():
             name = f"{path.name}: {one_play.get('name')}"
             if path.name == "teardown.yml":  # per host, --limit works; it selects with meta: end_host
                 assert hosts == "vllm_nodes", name
+                continue
+            if name == MONITOR_PLAY:
+                assert "vllm_monitor" in hosts and "serial" not in one_play, name
                 continue
             if name == PLANNED_HOSTS_PLAY:  # read only, per host: the selection and its machine-mates
                 assert "__vllm_cluster_fleet" in hosts and "serial" not in one_play, name
