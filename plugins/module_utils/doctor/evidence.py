@@ -147,6 +147,57 @@ class Node:
             return bool(self.plan.get("runs_vllm"))
         return self.installed(VLLM_UNIT)
 
+    # --- the compared facts (issue 23, item 3; docs/doctor.md "Compared facts"); {} in older evidence ---
+    @property
+    def routes(self):
+        """address -> outgoing interface (None: no route)."""
+        return self.gather.get("routes") or {}
+
+    @property
+    def route_details(self):
+        """address -> {dev, gateway, prefsrc} or {error}."""
+        return self.gather.get("route_details") or {}
+
+    @property
+    def dropins(self):
+        """unit -> {drop-in path: {lines} or {error}}."""
+        return self.gather.get("dropins") or {}
+
+    @property
+    def unit_environment(self):
+        """unit -> {name: value} of its Environment= (secrets redacted)."""
+        return self.gather.get("unit_environment") or {}
+
+    @property
+    def processes(self):
+        """unit -> [{pid, comm, state, samples, ppid, wchan}]."""
+        return self.gather.get("processes") or {}
+
+    @property
+    def process_limits(self):
+        """unit -> {pid, open_files: [soft, hard], locked_memory: [soft, hard]} of its running main process."""
+        return self.gather.get("process_limits") or {}
+
+    @property
+    def access(self):
+        """{user, uid, gids, paths: [{purpose, path, need, ok, denied, owner, group, mode, ...}]}."""
+        return self.gather.get("access") or {}
+
+    @property
+    def disk(self):
+        """[{path, purpose, free_bytes, total_bytes, free_inodes, total_inodes}]."""
+        return self.gather.get("disk") or []
+
+    @property
+    def api_key(self):
+        """{path, exists, has_key, compared, inventory_has_key, matches}: the key file against the inventory's key."""
+        return self.gather.get("api_key") or {}
+
+    @property
+    def expected(self):
+        """What the doctor role told the node to expect: {limits: {unit: {property: value}}, mtu}."""
+        return self.gather.get("expected") or {}
+
 
 class Cluster:
     """The plan plus every node, with the derived views observations share."""
@@ -214,6 +265,22 @@ class Cluster:
 
     def fabric_interface(self, node):
         return node.plan.get("fabric_interface") or None
+
+    def fabric_device(self, node):
+        """The node's fabric interface: the plan's, else its route to the head, else the one that holds its address."""
+        name = self.fabric_interface(node)
+        if name:
+            return name
+        head = self.head
+        if head is not None and head is not node and head.plan.get("address"):
+            name = node.routes.get(head.plan["address"])
+            if name:
+                return name
+        planned = node.plan.get("address")
+        for ifname, info in node.interfaces.items():
+            if planned and any(address.split("/")[0] == planned for address in info.get("addresses", [])):
+                return ifname
+        return None
 
 
 _RAY_PORT_FLAGS = {

@@ -8,15 +8,28 @@ from, "line": the evidence quoted, "values": {placeholder: value}}.
 Observations check; the catalog decides what a hit means.
 
 To add one, write it in ``observations_node.py`` (what a node shows on its
-own) or ``observations_network.py`` (what lies between nodes) and name it here.
+own), ``observations_network.py`` (what lies between nodes) or
+``observations_config.py`` (a gathered fact compared with the plan or the
+other nodes: drop-ins, limits, process states, access, disk, the API key) and
+name it here.
 
 Pure Python 3.11, no Ansible import.
 """
 
 from __future__ import annotations
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_config import (
+    obs_api_key_differs,
+    obs_disk_low,
+    obs_process_state,
+    obs_service_user_access,
+    obs_unit_limits_differ,
+    obs_unit_overridden,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_network import (
     obs_api_unanswered_from_client,
+    obs_fabric_link_down,
+    obs_fabric_mtu_differs,
     obs_firewall_drops_port,
     obs_host_ip_mismatch,
     obs_ib_declared,
@@ -24,6 +37,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observatio
     obs_memlock_limited,
     obs_ray_node_not_alive,
     obs_rendezvous_probe,
+    obs_route_to_peer_wrong,
     obs_socket_ifname_mismatch,
     obs_tp_across_nodes,
 )
@@ -73,4 +87,14 @@ OBSERVATIONS = {
     "gpu_count_below_plan": obs_gpu_count_below_plan,
     "gpu_facts_failed": obs_gpu_facts_failed,
     "api_unanswered_from_client": obs_api_unanswered_from_client,
+    # Compared facts (issue 23, item 3)
+    "fabric_mtu_differs": obs_fabric_mtu_differs,
+    "fabric_link_down": obs_fabric_link_down,
+    "route_to_peer_wrong": obs_route_to_peer_wrong,
+    "unit_overridden": obs_unit_overridden,
+    "unit_limits_differ": obs_unit_limits_differ,
+    "process_state": obs_process_state,
+    "service_user_access": obs_service_user_access,
+    "disk_low": obs_disk_low,
+    "api_key_differs": obs_api_key_differs,
 }

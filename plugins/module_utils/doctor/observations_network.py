@@ -308,3 +308,114 @@ def obs_api_unanswered_from_client(cluster, params):
     first = failed[0]
     return [make_hit(head.name if head else None, "controller", f"from the controller, {url}: {quoted}",
                      url=url, probe=first["probe"], error=first.get("error") or "no answer")]
+
+
+# --- Compared facts (issue 23, item 3): the fabric interface's MTU and state, the routes to the other nodes ----------
+
+
+def reference_value(values, head_name=None):
+    """The value the others are compared with: the most common; a tie goes to the head's value (when head_name is
+    given), else to the larger.
+
+    ``values``: {node name: value}. Returns None when every node agrees (nothing to compare).
+    """
+    if len(set(values.values())) < 2:
+        return None
+    counts = {}
+    for value in values.values():
+        counts[value] = counts.get(value, 0) + 1
+    best = max(counts.values())
+    tied = [value for value, count in counts.items() if count == best]
+    if len(tied) > 1 and head_name in values and values[head_name] in tied:
+        return values[head_name]
+    try:
+        return max(tied)
+    except TypeError:
+        return max(tied, key=str)
+
+
+def _fabric(cluster):
+    """(node, its fabric interface, that interface's facts or None) for each node whose interfaces were read."""
+    for node in cluster.reachable_nodes():
+        if not node.interfaces:
+            continue
+        name = cluster.fabric_device(node)
+        if name:
+            yield node, name, node.interfaces.get(name)
+
+
+def obs_fabric_mtu_differs(cluster, params):
+    """The MTU of a node's fabric interface differs from the inventory's (nccl_network_mtu) or from the other nodes'."""
+    mtus = {node.name: (name, info["mtu"]) for node, name, info in _fabric(cluster) if info and info.get("mtu")}
+    expected = next((node.expected.get("mtu") for node in cluster.reachable_nodes() if node.expected.get("mtu")), None)
+    if expected:
+        reference, whence = int(expected), "the inventory's nccl_network_mtu"
+    else:
+        # A tie (two nodes) goes to the larger MTU: the jumbo frames one node uses show the fabric carries them.
+        reference = reference_value({name: mtu for name, (_, mtu) in mtus.items()})
+        whence = "the other nodes' fabric interfaces"
+    if reference is None:
+        return []
+    summary = ", ".join(f"{name} {dev}={mtu}" for name, (dev, mtu) in mtus.items())
+    return [
+        make_hit(name, "ip -j addr", f"{name}: {dev} has mtu {mtu}; {whence} have {reference} ({summary})",
+                 interface=dev, mtu=mtu, expected=reference, mtus=summary)
+        for name, (dev, mtu) in mtus.items() if mtu != reference
+    ]
+
+
+def _ib_netdevs_down(cluster):
+    """(node, netdev) of the declared IB/RoCE ports ib_port_down reports: that finding names the port already."""
+    nodes = {node.name: node for node in cluster.nodes}
+    covered = set()
+    for hit in obs_ib_port_down(cluster, {}):
+        node = nodes.get(hit["node"])
+        for port in (node.ib.get("ports") or []) if node else []:
+            if port.get("netdev") and hit["values"].get("hca") in (port.get("name"), port.get("ca")):
+                covered.add((node.name, port["netdev"]))
+    return covered
+
+
+def obs_fabric_link_down(cluster, params):
+    """A node's fabric interface is not up (operstate DOWN, LOWERLAYERDOWN, ...) or absent.
+
+    The netdev of a declared InfiniBand/RoCE port that is down is left to ib_port_down (the port is the cause).
+    """
+    healthy = set(params.get("up", ["UP", "UNKNOWN"]))
+    covered = _ib_netdevs_down(cluster)
+    hits = []
+    for node, name, info in _fabric(cluster):
+        if (node.name, name) in covered:
+            continue
+        if info is None:
+            hits.append(make_hit(node, "ip -j addr", f"{node.name}: the fabric interface {name} does not exist "
+                                 f"(interfaces: {', '.join(sorted(node.interfaces))})", interface=name, state="absent"))
+        elif info.get("state") not in healthy:
+            addresses = ", ".join(info.get("addresses") or []) or "no address"
+            hits.append(make_hit(node, "ip -j addr", f"{node.name}: {name} state {info.get('state')} "
+                                 f"(mtu {info.get('mtu')}, {addresses})", interface=name, state=info.get("state")))
+    return hits
+
+
+def obs_route_to_peer_wrong(cluster, params):
+    """A node's route to another node's address leaves by another interface than its fabric interface, or is missing."""
+    book = {node.plan.get("address"): node.name for node in cluster.nodes if node.plan.get("address")}
+    hits = []
+    for node in cluster.reachable_nodes():
+        fabric = cluster.fabric_interface(node) or cluster.fabric_device(node)
+        for address, dev in sorted(node.routes.items()):
+            peer = book.get(address)
+            if peer is None or peer == node.name:
+                continue
+            details = node.route_details.get(address) or {}
+            via = f" via {details['gateway']}" if details.get("gateway") else ""
+            if dev is None:
+                problem = f"no route ({details.get('error') or 'ip route get failed'})"
+            elif fabric and dev != fabric:
+                problem = f"leaves by {dev}{via}, not the fabric interface {fabric}"
+            else:
+                continue
+            hits.append(make_hit(node, "ip -j route get", f"{node.name} -> {address} ({peer}): {problem}",
+                                 address=address, peer=peer, interface=fabric or "?", device=dev or "none",
+                                 problem=problem))
+    return hits
