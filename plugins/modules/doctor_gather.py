@@ -814,16 +814,22 @@ def redact_vars(variables, secret):
 
 
 def redact_setting(line, secret):
-    """A drop-in line with the values of secret-named variables replaced: Environment=A=1 "TOKEN=x" -> ... TOKEN=<redacted>."""
+    """A drop-in line with secret values replaced: Environment=A=1 "TOKEN=x" -> ... TOKEN=<redacted>, and in any other
+    setting (an ExecStart= override) the value of a secret-named option or assignment (--api-key x, KEY=x)."""
     name, sep, value = line.partition("=")
     if not sep:
         return line
     if name.strip() == "Environment":
         return "Environment=" + " ".join(
             shlex.quote(f"{k}={v}") for k, v in redact_vars(parse_environment(value), secret).items())
-    if secret.search(value.split("=", 1)[0]) and "=" in value:
-        return f"{name}={value.split('=', 1)[0]}=<redacted>"
-    return line
+    words = value.split(" ")
+    for index, word in enumerate(words):
+        key, eq, _ = word.partition("=")
+        if eq and secret.search(key):
+            words[index] = f"{key}=<redacted>"
+        elif word.startswith("-") and secret.search(word) and index + 1 < len(words):
+            words[index + 1] = "<redacted>"
+    return f"{name}={' '.join(words)}"
 
 
 def env_file_value(text, name):

@@ -559,6 +559,14 @@ def test_environment_as_systemctl_prints_it_is_read_and_secrets_redacted():
     line = doctor_gather.redact_setting("Environment=VLLM_API_KEY=abc NCCL_P2P_DISABLE=1", secret)
     assert "abc" not in line and "NCCL_P2P_DISABLE=1" in line
     assert doctor_gather.redact_setting("LimitNOFILE=1024", secret) == "LimitNOFILE=1024"
+    # A drop-in that overrides ExecStart with a key on the command line (what vllm_service never does): fails if the
+    # key reached the evidence.
+    line = doctor_gather.redact_setting("ExecStart=/opt/vllm-cluster/venv/bin/vllm serve m --api-key abc --port 8000",
+                                        secret)
+    assert line == "ExecStart=/opt/vllm-cluster/venv/bin/vllm serve m --api-key <redacted> --port 8000"
+    assert doctor_gather.redact_setting("ExecStart=/bin/x HF_TOKEN=abc", secret) == "ExecStart=/bin/x HF_TOKEN=<redacted>"
+    assert doctor_gather.redact_setting("EnvironmentFile=/etc/vllm-cluster/api-key.env", secret) == \
+        "EnvironmentFile=/etc/vllm-cluster/api-key.env"
 
 
 @pytest.mark.parametrize("key", ["plainKey123", 'qu"ote', "dollar$HOME", "back\\slash", "tick`x", "all\\\"$`"])

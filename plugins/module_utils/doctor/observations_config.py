@@ -55,9 +55,11 @@ def _own_dropin(path, unit_id):
 
 
 def obs_unit_overridden(cluster, params):
-    """A deployment unit carries a drop-in of its own or Environment= variables the deployment does not write.
+    """A deployment unit carries a drop-in of its own (or one the other nodes do not have), or Environment= variables
+    its template does not write.
 
-    params environment: {unit: [names its template sets]}; a unit not listed is compared with the other nodes.
+    params environment: {unit: [names its template sets]} (TEMPLATE_ENVIRONMENT); a unit not listed is not judged
+    on its Environment=.
     A node whose vLLM command line differs from the plan is left to unit_argv_differs (it names the drop-ins).
     """
     template_env = params.get("environment", TEMPLATE_ENVIRONMENT)
@@ -75,12 +77,10 @@ def obs_unit_overridden(cluster, params):
                 others and any(path not in (other.unit(unit).get("DropInPaths") or "").split() for other in others))]
             if unit == VLLM_UNIT and node.name in argv_drift:
                 odd = []
+            # Environment= only where the template's variables are known: the Ray units take ray_cluster_environment,
+            # which an inventory may set per host on purpose.
             env = node.unit_environment.get(unit) or {}
-            if unit in template_env:
-                extra = {key: value for key, value in env.items() if key not in template_env[unit]}
-            else:
-                extra = {key: value for key, value in env.items()
-                         if any((other.unit_environment.get(unit) or {}).get(key) != value for other in others)}
+            extra = {key: value for key, value in env.items() if key not in template_env.get(unit, env)}
             if not odd and not extra:
                 continue
             parts = []
@@ -91,10 +91,8 @@ def obs_unit_overridden(cluster, params):
                 parts.append(f"{path}" + (f" [{settings}]" if settings else (f" ({content['error']})"
                                                                                 if content.get("error") else "")))
             if extra:
-                expected = template_env.get(unit)
-                beyond = (f"beyond the template's {', '.join(expected)}" if expected is not None
-                          else "that the other nodes do not have")
-                parts.append("Environment= " + " ".join(f"{k}={v}" for k, v in sorted(extra.items())) + f" ({beyond})")
+                parts.append("Environment= " + " ".join(f"{k}={v}" for k, v in sorted(extra.items()))
+                             + f" (beyond the template's {', '.join(template_env[unit])})")
             hits.append(make_hit(node, "systemctl show -p DropInPaths -p Environment",
                                  f"{node.name}: {unit} carries " + "; ".join(parts),
                                  unit=unit, dropins=", ".join(odd) or "none",
