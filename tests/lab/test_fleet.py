@@ -256,7 +256,7 @@ def test_two_deployments_share_node3_on_disjoint_gpus(fleet, deployed):
         assert lab.ssh(B_NODE, f"systemctl is-active {unit}", check=False).stdout.strip() == "active", unit
         env = lab.ssh(B_NODE, f"cat /etc/vllm-cluster/deployments/{name}/vllm.env").stdout
         gpu = "0" if name == B else "1"
-        assert f"CUDA_VISIBLE_DEVICES={gpu}" in env and f"VLLM_CPU_OMP_THREADS_BIND={gpu}" in env, env
+        assert f'CUDA_VISIBLE_DEVICES="{gpu}"' in env and f'VLLM_CPU_OMP_THREADS_BIND="{gpu}"' in env, env
     assert lab.ssh(B_NODE, "systemctl is-active vllm.service", check=False).stdout.strip() in ("inactive", "unknown")
     table = lab.ssh(B_NODE, "nft list table inet vllm_cluster").stdout
     assert "tcp dport 8000 ip saddr @api_v4 accept" in table and "tcp dport 8001 ip saddr @api_v4 accept" in table
