@@ -79,6 +79,13 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
         "unit_argv_differs": {"differences", "dropins"}, "env_differs": {"differences"}, "tp_across_nodes": {"tp", "gpus_per_node"},
         "env_flag": {"name", "value"}, "gpu_count_below_plan": {"count", "needed"}, "node_unreachable": set(),
         "gpu_facts_failed": {"error"}, "api_unanswered_from_client": {"url", "probe", "error"},
+        # Compared facts (issue 23, item 3; test_doctor_compare.py checks these are the values the hits carry)
+        "fabric_mtu_differs": {"interface", "mtu", "expected", "mtus"}, "fabric_link_down": {"interface", "state"},
+        "route_to_peer_wrong": {"address", "peer", "interface", "device", "problem"},
+        "unit_overridden": {"unit", "dropins", "overrides"}, "unit_limits_differ": {"unit", "limit", "value", "expected"},
+        "process_state": {"unit", "pid", "comm", "state", "ppid", "wchan"},
+        "service_user_access": {"user", "path", "need", "denied", "remedy", "check"},
+        "disk_low": {"path", "free_gib", "free_inodes", "min_free_gib"}, "api_key_differs": {"path", "problem"},
     }
     assert set(observation_values) == set(OBSERVATIONS)
     for sig in CATALOG["signatures"]:
