@@ -81,7 +81,7 @@ RELATIONS = (
     {
         "name": "link_down",
         "why": "the link of {node}'s fabric path is down",
-        "cause": {"ids": ("ib_port_down",), "on": "any", "carries_fabric": True},
+        "cause": {"ids": ("ib_port_down", "fabric_link_down"), "on": "any", "carries_fabric": True},
         "effects": {
             "rendezvous_port_blocked": {"on": "involved"},
             "ray_node_missing": {"on": "involved"},
