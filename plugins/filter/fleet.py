@@ -75,14 +75,15 @@ def fleet_co_resident_problems(hosts, hostvars):
 
 
 def fleet_machine_plans(hosts, hostvars, host):
-    """The plans of every deployment on ``host``'s machine that has one in this run (its own first)."""
+    """The plans of every deployment on ``host``'s machine that has one in this run, in inventory order (the same
+    list whichever of them asks: the machine's one table must not change with the deployment that renders it)."""
     if hasattr(hosts, "get"):
         hosts = hosts.get("vllm_nodes") or []
     machine_of = _machine_of(hosts, hostvars)
     machine = machine_of.get(host) or host
     plans = _plans(hosts, hostvars)
     mates = [other for other in hosts if (machine_of.get(other) or other) == machine and other in plans]
-    return [plans[other] for other in sorted(mates, key=lambda other: other != host)]
+    return [plans[other] for other in mates]
 
 
 def fleet_hosts(hosts, hostvars, only=None):

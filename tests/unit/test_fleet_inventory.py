@@ -141,8 +141,10 @@ def test_the_filters_read_hostvars_and_fail_with_the_message():
         {"name": "chat", "hosts": ["a1", "a2"]}, {"name": "embed", "hosts": ["b1"]}]
     hostvars["a1"]["vllm_cluster_plan"] = {"deployment": "chat", "ports": {"api": 8000}}
     hostvars["b1"]["vllm_cluster_plan"] = {"deployment": "embed", "ports": {"api": 8000}}
-    assert fleet_machine_plans(hosts, hostvars, "b1") == [hostvars["b1"]["vllm_cluster_plan"],
-                                                          hostvars["a1"]["vllm_cluster_plan"]]
+    # In inventory order whichever host asks: both deployments render the machine's one table alike.
+    assert fleet_machine_plans(hosts, hostvars, "b1") == [hostvars["a1"]["vllm_cluster_plan"],
+                                                          hostvars["b1"]["vllm_cluster_plan"]]
+    assert fleet_machine_plans(hosts, hostvars, "a1") == fleet_machine_plans(hosts, hostvars, "b1")
     assert fleet_machine_plans(hosts, hostvars, "a2") == []  # no plan on a2 in this run
     assert fleet_co_resident_problems(hosts, hostvars) == [
         "host b1 (embed) on machine 10.0.0.1: port api=8000 is also chat's api; deployments that share a machine "

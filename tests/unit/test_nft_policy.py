@@ -182,6 +182,9 @@ def test_one_table_covers_every_deployment_on_a_shared_machine(tmp_path):
         assert f"tcp dport {port} ip saddr @api_v4 accept" in both["ruleset"]
     assert "8002" not in alone["ruleset"]
     assert "firewall of deployments lab-b, lab-c" in both["ruleset"]
+    # lab-c's run renders the very same table (found on the lab: an own-first order made each run rewrite it).
+    assert build_policy(table="vllm_cluster", plan=OTHER_ON_NODE3, api_cidrs=["10.0.0.0/8"],
+                        machine_plans=[SHARED_PLAN, OTHER_ON_NODE3]) == both
     # The same plan alone, given as its own machine-mate, renders exactly as before (no change on a converged node).
     assert build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=[], machine_plans=[MP_PLAN]) == \
         build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=[])

@@ -200,10 +200,13 @@ def build_policy(*, table: str, plan: dict, api_cidrs: list, scope: str = "deplo
     """From the plan: the ruleset text and the facts behind it (for the role's report and checks).
 
     ``machine_plans``: the plans of the other deployments on this machine (deployments that share it on disjoint
-    GPUs). The machine has one table: their API ports, cluster nodes and protected ports are added to the plan's,
-    so that no deployment's table closes another's ports.
+    GPUs), the plan itself among them or not. The machine has one table: their API ports, cluster nodes and protected
+    ports are added to the plan's, so that no deployment's table closes another's ports.
     """
-    plans = [plan] + [other for other in machine_plans or [] if other is not plan and other != plan]
+    # The machine's plans in their given (inventory) order when the plan is among them, so that every deployment
+    # on the machine renders the same table; else the plan first.
+    mates = list(machine_plans or [])
+    plans = mates if any(other == plan for other in mates) else [plan] + mates
     ephemeral = None
     if ephemeral_range:
         if len(ephemeral_range) != 2:
