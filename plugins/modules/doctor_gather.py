@@ -957,8 +957,9 @@ def path_access(path, uid, gids, need, stat=os.stat, has_acl=_has_acl):
             continue
         acl = acl or has_acl(parent)
         if not may(parent_st, uid, gids, 1):
-            result.update(ok=False, denied=f"{parent} (mode {stat_mod.S_IMODE(parent_st.st_mode):04o}, "
-                                             f"owner {':'.join(_owner(parent_st))}): no search (x) permission")
+            denied = (f"{parent} (mode {stat_mod.S_IMODE(parent_st.st_mode):04o}, "
+                      f"owner {':'.join(_owner(parent_st))}): no search (x) permission")
+            result.update(ok=False, denied=denied)
             break
     else:
         is_dir = stat_mod.S_ISDIR(st.st_mode)
@@ -969,8 +970,9 @@ def path_access(path, uid, gids, need, stat=os.stat, has_acl=_has_acl):
         if not may(st, uid, gids, bits):
             wanted = {4: "read", 2: "write", 1: "search"}
             missing = [wanted[b] for b in (4, 2, 1) if bits & b and not may(st, uid, gids, b)]
-            result.update(ok=False, denied=f"{target} (mode {result['mode']}, owner {result['owner']}:"
-                                             f"{result['group']}): no {' or '.join(missing)} permission")
+            denied = (f"{target} (mode {result['mode']}, owner {result['owner']}:"
+                      f"{result['group']}): no {' or '.join(missing)} permission")
+            result.update(ok=False, denied=denied)
     if has_acl(target) or acl:
         result["acl"] = True
         if result["ok"] is False:

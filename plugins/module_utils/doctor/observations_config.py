@@ -88,8 +88,12 @@ def obs_unit_overridden(cluster, params):
                 content = (node.dropins.get(unit) or {}).get(path) or {}
                 lines = content.get("lines")
                 settings = "; ".join(line for line in lines if not line.startswith("[")) if lines else ""
-                parts.append(f"{path}" + (f" [{settings}]" if settings else (f" ({content['error']})"
-                                                                                if content.get("error") else "")))
+                if settings:
+                    parts.append(f"{path} [{settings}]")
+                elif content.get("error"):
+                    parts.append(f"{path} ({content['error']})")
+                else:
+                    parts.append(f"{path}")
             if extra:
                 parts.append("Environment= " + " ".join(f"{k}={v}" for k, v in sorted(extra.items()))
                              + f" (beyond the template's {', '.join(template_env[unit])})")
