@@ -26,6 +26,19 @@ CATALOG = load_catalog(RAW)
 IDS = {sig["id"] for sig in CATALOG["signatures"]}
 
 
+def nccl_failure_evidence():
+    """One node whose vLLM unit failed with NCCL's unhandled system error."""
+    return {
+        "plan": {},
+        "nodes": {"n1": {"gather": {
+            "units": {"vllm.service": {"LoadState": "loaded", "ActiveState": "failed", "SubState": "failed",
+                                       "Result": "exit-code"}},
+            "journal": {"vllm.service": ["RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO "
+                                         "for details)"]},
+        }}},
+    }
+
+
 def test_the_catalog_covers_the_issue_and_the_seed_map():
     required = {
         # the seed's failure map (7.2)
@@ -172,30 +185,14 @@ def test_ranking_puts_the_cause_before_what_it_explains_whatever_the_priorities(
         if sig["id"] == "unit_failed":
             sig["priority"] = 100  # even a loud consequence goes after a matched cause
     catalog = load_catalog(data)
-    evidence = {
-        "plan": {},
-        "nodes": {"n1": {"gather": {
-            "units": {"vllm.service": {"LoadState": "loaded", "ActiveState": "failed", "SubState": "failed",
-                                       "Result": "exit-code"}},
-            "journal": {"vllm.service": ["RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO "
-                                         "for details)"]},
-        }}},
-    }
+    evidence = nccl_failure_evidence()
     report = diagnose(catalog, evidence)
     assert [f["id"] for f in report["findings"]] == ["nccl_system_error", "unit_failed"]
     assert report["findings"][1]["rank_priority"] == report["findings"][0]["priority"] - 1
 
 
 def test_the_report_prints_the_check_after_the_fix():
-    evidence = {
-        "plan": {},
-        "nodes": {"n1": {"gather": {
-            "units": {"vllm.service": {"LoadState": "loaded", "ActiveState": "failed", "SubState": "failed",
-                                       "Result": "exit-code"}},
-            "journal": {"vllm.service": ["RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO "
-                                         "for details)"]},
-        }}},
-    }
+    evidence = nccl_failure_evidence()
     report = diagnose(CATALOG, evidence)
     finding = report["findings"][0]
     assert finding["id"] == "nccl_system_error"
