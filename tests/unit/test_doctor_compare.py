@@ -221,6 +221,28 @@ def test_no_route_at_all_to_a_peer_is_named():
     assert "no route (exited 2: RTNETLINK answers: Network is unreachable)" in evidence_text(top)
 
 
+def test_a_node_that_lost_its_address_is_named_with_the_command_that_gives_it_back():
+    # `ip addr del 10.232.4.11/24 dev eth1` on the head (the unseen-fault suite): its routes to the peers then leave by
+    # eth0 and VLLM_HOST_IP names an address no interface holds. Fails if the address is not compared with the
+    # interfaces, if the consequences outrank it, or if the fix says to change VLLM_HOST_IP (the setting is right).
+    data = healthy()
+    head = gather(data, "node1")
+    head["interfaces"]["eth1"]["addresses"] = [a for a in head["interfaces"]["eth1"]["addresses"]
+                                               if not a.startswith("10.232.4.11/")]
+    head["routes"]["10.232.4.12"] = "eth0"
+    head["route_details"]["10.232.4.12"] = {"dev": "eth0", "gateway": "10.231.4.1", "prefsrc": "10.231.4.11"}
+    report = diagnose(data)
+    top = top_fault(report)
+    assert (top["id"], top["nodes"]) == ("address_missing", ["node1"])
+    assert "node1: the plan's address 10.232.4.11 is on none of its interfaces (eth1: state UP" in evidence_text(top)
+    assert "`ip addr add 10.232.4.11/24 dev eth1`" in top["fix"]
+    ids = [f["id"] for f in report["findings"]]
+    assert "vllm_host_ip_mismatch" not in ids, report["findings"]
+    route = next(f for f in report["findings"] if f["id"] == "route_to_peer_wrong")
+    assert ("address_missing", "node1") in [(r["id"], r["node"]) for r in route["follows_from"]]
+    assert_filled(report)
+
+
 # --- drop-ins and Environment= ---------------------------------------------------------------------------------------
 
 
@@ -304,6 +326,18 @@ def test_a_process_that_started_before_the_limit_was_raised_is_named():
     assert (top["id"], top["nodes"]) == ("unit_limits_differ", ["node1"])
     assert "runs with open files 20000/20000 (soft/hard)" in evidence_text(top)
     assert "it started before the change" in evidence_text(top)
+
+
+def test_a_machine_that_caps_every_node_alike_is_not_a_process_that_started_before_the_change():
+    # Found on the lab: systemd in the nspawn nodes runs vLLM with 20000 open files and 8 MiB locked memory whatever
+    # the unit says (the container's ceiling), on every node. Fails if the running limits are judged alone again.
+    data = healthy()
+    for host in data["hosts"]:
+        limits = gather(data, host)["process_limits"].get("vllm.service")
+        if limits:
+            limits.update(open_files=[20000, 20000], locked_memory=[8388608, 8388608])
+    report = diagnose(data)
+    assert "unit_limits_differ" not in [f["id"] for f in report["findings"]], report["findings"]
 
 
 def test_without_the_role_s_expectation_the_limits_are_compared_between_nodes():
