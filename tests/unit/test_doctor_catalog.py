@@ -99,6 +99,7 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
         "process_state": {"unit", "pid", "comm", "state", "ppid", "wchan"},
         "service_user_access": {"user", "path", "need", "denied", "remedy", "check"},
         "disk_low": {"path", "free_gib", "free_inodes", "min_free_gib"}, "api_key_differs": {"path", "problem"},
+        "address_missing": {"address", "interface", "cidr", "current"},
     }
     assert set(observation_values) == set(OBSERVATIONS)
     for sig in CATALOG["signatures"]:

@@ -27,6 +27,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observatio
     obs_unit_overridden,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_network import (
+    obs_address_missing,
     obs_api_unanswered_from_client,
     obs_fabric_link_down,
     obs_fabric_mtu_differs,
@@ -71,6 +72,7 @@ OBSERVATIONS = {
     "version_mismatch": obs_version_mismatch,
     "socket_ifname_mismatch": obs_socket_ifname_mismatch,
     "host_ip_mismatch": obs_host_ip_mismatch,
+    "address_missing": obs_address_missing,
     "model_missing": obs_model_missing,
     "rendezvous_probe": obs_rendezvous_probe,
     "firewall_drops_port": obs_firewall_drops_port,

@@ -114,7 +114,8 @@ def obs_host_ip_mismatch(cluster, params):
             problems = []
             if planned and is_ip(planned) and value != planned:
                 problems.append(f"the plan gives this node {planned}")
-            if local and value not in local:
+            # The planned address itself gone from every interface is address_missing's (the setting is right).
+            if local and value not in local and value != planned:
                 problems.append("no interface of this node has that address")
             if problems:
                 hits.append(
@@ -418,4 +419,36 @@ def obs_route_to_peer_wrong(cluster, params):
             hits.append(make_hit(node, "ip -j route get", f"{node.name} -> {address} ({peer}): {problem}",
                                  address=address, peer=peer, interface=fabric or "?", device=dev or "none",
                                  problem=problem))
+    return hits
+
+
+def _prefix_len(cluster, node):
+    """The prefix length the other nodes give their planned address (the fabric's subnet), or None."""
+    for other in cluster.reachable_nodes():
+        address = other.plan.get("address")
+        if other is node or not address:
+            continue
+        for info in other.interfaces.values():
+            for cidr in info.get("addresses") or []:
+                if cidr.split("/")[0] == address and "/" in cidr:
+                    return cidr.split("/")[1]
+    return None
+
+
+def obs_address_missing(cluster, params):
+    """A node's planned address (its fabric address: VLLM_HOST_IP, the rendezvous, Ray) is on none of its interfaces."""
+    hits = []
+    for node in cluster.reachable_nodes():
+        address = node.plan.get("address")
+        if not address or not is_ip(address) or not node.interfaces or address in node.local_addresses():
+            continue
+        fabric = cluster.fabric_interface(node) or "the fabric interface"
+        info = node.interfaces.get(fabric) or {}
+        now = ", ".join(a for a in info.get("addresses") or [] if not a.startswith("fe80:")) or "no address"
+        prefix = _prefix_len(cluster, node)
+        hits.append(make_hit(node, "ip -j addr",
+                             f"{node.name}: the plan's address {address} is on none of its interfaces "
+                             f"({fabric}: state {info.get('state', 'absent')}, {now})",
+                             address=address, interface=fabric, cidr=f"{address}/{prefix}" if prefix else address,
+                             current=now))
     return hits
