@@ -88,7 +88,7 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
         "rendezvous_probe": {"address", "port", "port_name", "result"},
         "firewall_drops_port": {"port", "port_name"}, "shm_small": {"size_gib"}, "ib_declared": {"hca"},
         "ib_port_down": {"hca", "state"}, "memlock_limited": {"unit", "limit"},
-        "driver_mismatch": {"driver", "versions"}, "fabric_manager_not_ready": {"state"},
+        "driver_mismatch": {"driver", "versions", "expected"}, "fabric_manager_not_ready": {"state"},
         "unit_argv_differs": {"differences", "dropins"}, "env_differs": {"differences"}, "tp_across_nodes": {"tp", "gpus_per_node"},
         "env_flag": {"name", "value"}, "gpu_count_below_plan": {"count", "needed"}, "node_unreachable": set(),
         "gpu_facts_failed": {"error"}, "api_unanswered_from_client": {"url", "probe", "error"},

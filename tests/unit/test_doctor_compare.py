@@ -754,3 +754,18 @@ def test_the_observations_return_the_values_the_placeholders_need():
         assert hits, name
         for hit in hits:
             assert set(hit["values"]) == values, (name, hit["values"])
+
+
+def test_an_outgoing_rule_on_the_worker_is_quoted_as_the_drop():
+    # `nft ... output ... ip daddr <head> tcp dport 29501 drop` on node2 (the unseen-fault suite): the head has no
+    # rule, node2's own does. Fails if only the head's (incoming) rules are read for a blocked probe.
+    data = healthy()
+    worker = gather(data, "node2")
+    worker["probes"][0].update(result="timeout", detail="timed out", elapsed_ms=3001)
+    worker["firewall"] = {"tool": "nft list ruleset", "rules": ["ip daddr 10.232.4.11 tcp dport 29501 drop"],
+                          "accepted_sources": {}}
+    top = top_fault(diagnose(data))
+    assert (top["id"], top["nodes"]) == ("rendezvous_port_blocked", ["node2"])
+    assert ("ip daddr 10.232.4.11 tcp dport 29501 drop  <- node2 drops its own connections to 10.232.4.11:29501 "
+            "(master) on the way out") in evidence_text(top)
+    assert "10.232.4.11:29501" in top["fix"]

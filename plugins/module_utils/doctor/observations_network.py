@@ -184,10 +184,12 @@ def obs_firewall_drops_port(cluster, params):
     wanted = set(params.get("results", ["timeout", "unreachable"]))
     blocked = {}  # target node name -> {port: port name}
     probers = {}  # target node name -> addresses of the nodes whose probe failed
+    hits = []
     for prober in cluster.reachable_nodes():
         for probe in prober.gather.get("probes") or []:
             if probe.get("result") not in wanted or not isinstance(probe.get("port"), int):
                 continue
+            hits += _outgoing_rule_hits(prober, probe)
             for target in cluster.reachable_nodes():
                 if target is not prober and probe.get("address") in target.local_addresses() | {
                     target.plan.get("address")
@@ -195,7 +197,6 @@ def obs_firewall_drops_port(cluster, params):
                     blocked.setdefault(target.name, {})[probe["port"]] = probe.get("name") or "port"
                     probers.setdefault(target.name, set()).update(
                         {prober.plan.get("address")} | prober.local_addresses() - {None})
-    hits = []
     for node in cluster.reachable_nodes():
         ports = blocked.get(node.name) or {}
         firewall = node.gather.get("firewall") or {}
@@ -212,6 +213,20 @@ def obs_firewall_drops_port(cluster, params):
                              f"{rule}  <- drops deployment port {', '.join(f'{p} ({ports[p]})' for p in named)}",
                              port=named[0], port_name=ports[named[0]])
                 )
+    return hits
+
+
+def _outgoing_rule_hits(prober, probe):
+    """The prober's own rules that drop its connection to the probed address and port (an outgoing filter)."""
+    firewall = prober.gather.get("firewall") or {}
+    address, port = probe.get("address"), probe["port"]
+    hits = []
+    for rule in firewall.get("rules", []):
+        if port in rule_ports(rule) and re.search(rf"(?:daddr|-d)\s+{re.escape(str(address))}(?:/32)?(?!\d)", rule):
+            hits.append(make_hit(prober, firewall.get("tool", "firewall"),
+                                 f"{rule}  <- {prober.name} drops its own connections to {address}:{port} "
+                                 f"({probe.get('name') or 'port'}) on the way out",
+                                 port=port, port_name=probe.get("name") or "port"))
     return hits
 
 

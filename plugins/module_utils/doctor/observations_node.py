@@ -18,6 +18,9 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence i
     VLLM_UNIT,
     make_hit,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_network import (
+    reference_value,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_exec_start
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.traceback import last_exception
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import history as plan_history
@@ -277,11 +280,15 @@ def obs_driver_mismatch(cluster, params):
         for node in cluster.reachable_nodes()
         if node.gpu.get("present") and node.gpu.get("driver_version")
     }
-    if len(set(versions.values())) < 2:
+    head = cluster.head.name if cluster.head is not None else None
+    expected = reference_value(versions, head)
+    if expected is None:
         return []
+    # The odd nodes out: those whose driver differs from the most common one (a tie goes to the head's).
     summary = ", ".join(f"{name}={value}" for name, value in versions.items())
-    return [make_hit(name, "nvidia-smi", f"{name}: driver {value} ({summary})", driver=value, versions=summary)
-            for name, value in versions.items()]
+    return [make_hit(name, "nvidia-smi", f"{name}: driver {value}, the others {expected} ({summary})", driver=value,
+                     versions=summary, expected=expected)
+            for name, value in versions.items() if value != expected]
 
 
 def obs_fabric_manager_not_ready(cluster, params):
