@@ -10,6 +10,8 @@ docs/router.md; the run on a router host (systemd's LoadCredential) is the lab's
 from __future__ import annotations
 
 import importlib.util
+import re
+import subprocess
 from importlib.machinery import SourceFileLoader
 
 import jinja2
@@ -124,3 +126,23 @@ def test_without_a_key_there_is_no_credential_and_a_low_port_gets_only_the_bind_
     lines = render_unit(vllm_router_api_key="", vllm_router_port=80).splitlines()
     assert not [line for line in lines if line.startswith(("LoadCredential", "Environment=VLLM_ROUTER_KEY"))]
     assert "AmbientCapabilities=CAP_NET_BIND_SERVICE" in lines and "CapabilityBoundingSet=CAP_NET_BIND_SERVICE" in lines
+
+
+def test_systemds_own_parser_accepts_the_unit_and_rates_its_sandbox(tmp_path):
+    # systemd 252's systemd-analyze, offline: every key known and every value valid, then the exposure score.
+    unit = tmp_path / "vllm-router.service"
+    text = render_unit(vllm_router_api_key="k-123456")
+    unit.write_text(text.replace("/opt/vllm-router/venv/bin/vllm-router-launch", "/usr/bin/true"))
+    verify = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert verify.returncode == 0 and verify.stdout + verify.stderr == "", verify.stdout + verify.stderr
+    broken = tmp_path / "broken" / "vllm-router.service"
+    broken.parent.mkdir()
+    broken.write_text(unit.read_text().replace("ProtectSystem=strict", "ProtectSytem=strict"))
+    seen = subprocess.run(["systemd-analyze", "verify", "--man=no", str(broken)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert "Unknown key 'ProtectSytem'" in seen.stderr  # the check sees a mistake
+    security = subprocess.run(["systemd-analyze", "security", "--offline=true", str(unit)], capture_output=True,
+                              text=True, timeout=60, check=False)
+    score = re.search(r"Overall exposure level for vllm-router\.service: ([0-9.]+)", security.stdout)
+    assert score and float(score.group(1)) <= 2.0, security.stdout[-400:]
