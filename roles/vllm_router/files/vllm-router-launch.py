@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """vllm-router started with its API key from systemd's credential, never from argv.
 
 The vllm_router role installs this file as bin/vllm-router-launch of the router's venv, with that venv's
