@@ -252,6 +252,8 @@ PER_HOST_PLAYS = ("deployed_plan.yml: Read the plan each node runs",)
 PLANNED_HOSTS_PLAY = "plan.yml: Gather GPU facts on the nodes that do not declare them"
 # Not over the nodes: the monitoring host(s), the group vllm_monitor (role vllm_monitoring).
 MONITOR_PLAY = "monitoring.yml: Prometheus on the monitoring host, with the fleet's targets and the alert rules"
+# The router fronts deployments: it runs on its own group, once, not per deployment.
+ROUTER_PLAY = "router.yml: The router on its hosts, in front of the plans' API servers"
 
 
 def test_every_play_over_the_nodes_runs_one_batch_per_deployment():
@@ -272,6 +274,9 @@ def test_every_play_over_the_nodes_runs_one_batch_per_deployment():
                 continue
             if name == MONITOR_PLAY:
                 assert "vllm_monitor" in hosts and "serial" not in one_play, name
+                continue
+            if name == ROUTER_PLAY:
+                assert "vllm_router" in hosts and "serial" not in one_play, name
                 continue
             if name == PLANNED_HOSTS_PLAY:  # read only, per host: the selection and its machine-mates
                 assert "__vllm_cluster_fleet" in hosts and "serial" not in one_play, name

@@ -1,0 +1,1 @@
+"""The fleet's front door: vllm-router's workers from the plans (workers.py) and its argv (argv.py)."""
