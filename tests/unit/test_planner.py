@@ -861,6 +861,8 @@ def test_cpu_backend_ray_with_runtime_support_is_the_seed_s_ray_path_with_worker
     assert (result["backend"], result["world_size"]) == ("ray", 2)
     assert head["argv"][-2:] == ["--distributed-executor-backend", "ray"] and "--nnodes" not in head["argv"]
     assert (head["runs_vllm"], worker["runs_vllm"], worker["argv"]) == (True, False, [])
+    # vllm serve joins the Ray cluster of the units (their --temp-dir hides Ray's address file from it).
+    assert head["env"]["RAY_ADDRESS"] == "10.213.1.11:6379" and "RAY_ADDRESS" not in worker["env"]
     # Ray's logical GPUs are the plan's worker slots: one a node, so the placement group puts one rank on each.
     for node in (head, worker):
         argv = node["ray_start_argv"]

@@ -99,6 +99,10 @@ class LaunchMode:
         """Extra keys of a plan node (Ray: ``ray_start_argv``)."""
         return {}
 
+    def vllm_env(self, head, ports):
+        """Environment the mode adds to a node that runs ``vllm serve`` (Ray: which cluster to join)."""
+        return {}
+
     def engine_node(self, nodes, leader_node):
         """The node whose journal holds an engine's KV line (its DP leader's, by default)."""
         return leader_node

@@ -106,6 +106,12 @@ class RayMode(LaunchMode):
             argv += [flag, str(ports[key])]
         return {"ray_start_argv": argv}
 
+    def vllm_env(self, head, ports):
+        # vLLM's ray.init() finds a running cluster only through RAY_ADDRESS or the address file of Ray's
+        # default temp directory; the units' --temp-dir and private /tmp hide that file, so without this vLLM
+        # starts a Ray instance of its own (no GPUs, no other node) and its placement group never fits.
+        return {"RAY_ADDRESS": f"{head['address']}:{ports['ray_gcs']}"}
+
     def engine_node(self, nodes, leader_node):
         return nodes[0]["host"]
 
