@@ -17,7 +17,7 @@ pytestmark = pytest.mark.runtime
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME_PYTHON = REPO / ".venv-runtime" / "bin" / "python"
 PACKAGE = REPO / "lab" / "vllm_cpu_ray_plugin"
-WHEEL = "vllm_cpu_ray_plugin-0.1.0-py3-none-any.whl"
+WHEEL = "vllm_cpu_ray_plugin-0.2.0-py3-none-any.whl"
 
 
 def test_the_wheel_is_reproducible_and_vllm_activates_the_platform(tmp_path):
@@ -29,11 +29,15 @@ def test_the_wheel_is_reproducible_and_vllm_activates_the_platform(tmp_path):
     assert (pip_dir / WHEEL).read_bytes() == built.read_bytes()
     with zipfile.ZipFile(built) as wheel:
         wheel.extractall(unpacked)
-        entry_points = wheel.read("vllm_cpu_ray_plugin-0.1.0.dist-info/entry_points.txt").decode()
+        entry_points = wheel.read("vllm_cpu_ray_plugin-0.2.0.dist-info/entry_points.txt").decode()
     assert entry_points.splitlines()[:2] == ["[vllm.platform_plugins]", "cpu_ray = vllm_cpu_ray_plugin:detect"]
     probe = ("from vllm.platforms import current_platform as p, cpu; "
-             "print(type(p).__name__, p.ray_device_key, p.device_type, isinstance(p, cpu.CpuPlatform))")
+             "from vllm.utils.import_utils import resolve_obj_by_qualname as resolve; "
+             "from vllm.distributed.device_communicators.cpu_communicator import CpuCommunicator; "
+             "c = resolve(p.get_device_communicator_cls()); "
+             "print(type(p).__name__, p.ray_device_key, p.device_type, isinstance(p, cpu.CpuPlatform), "
+             "c.__name__, issubclass(c, CpuCommunicator))")
     proc = subprocess.run([str(RUNTIME_PYTHON), "-c", probe], capture_output=True, text=True, timeout=300,
                           env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin"}, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["CpuRayPlatform", "GPU", "cpu", "True"]
+    assert proc.stdout.split() == ["CpuRayPlatform", "GPU", "cpu", "True", "CpuRayCommunicator", "True"]

@@ -7,6 +7,9 @@ CPU platform the key GPU platforms use; with Ray nodes started with logical GPUs
 actors, one per logical GPU. It stands in for a GPU platform under Ray, as the
 lab's nvidia-smi doubles stand in for GPUs: the executor, placement groups,
 workers and collectives (Gloo) are vLLM's and Ray's own.
+
+Ranks on two nodes also need the communicator of ``communicator.py``: vLLM's
+CPU one would take its /dev/shm path across Ray's nodes (found on the lab).
 """
 
 PLATFORM = "vllm_cpu_ray_plugin.platform.CpuRayPlatform"
