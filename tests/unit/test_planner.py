@@ -863,6 +863,7 @@ def test_cpu_backend_ray_with_runtime_support_is_the_seed_s_ray_path_with_worker
     assert (head["runs_vllm"], worker["runs_vllm"], worker["argv"]) == (True, False, [])
     # vllm serve joins the Ray cluster of the units (their --temp-dir hides Ray's address file from it).
     assert head["env"]["RAY_ADDRESS"] == "10.213.1.11:6379" and "RAY_ADDRESS" not in worker["env"]
+    assert head["env"]["RAY_DEDUP_LOGS"] == "0"  # every rank's line reaches the head's journal
     # Ray's logical GPUs are the plan's worker slots: one a node, so the placement group puts one rank on each.
     for node in (head, worker):
         argv = node["ray_start_argv"]

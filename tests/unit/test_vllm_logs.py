@@ -1074,6 +1074,18 @@ def test_ray_placement_joins_actors_with_nodes():
     assert placement["dead"] == []
 
 
+@pytest.mark.parametrize(("names", "ranks"), [
+    # vLLM 0.32 names a size's part only when the size is > 1 (seen on the lab: TP=2 PP=1 gave _TP0, _TP1).
+    (["vllm_Worker_1796239068483662360_TP0", "vllm_Worker_1796239068483662360_TP1"], [(0, 0), (1, 0)]),
+    (["vllm_Worker_1796239068483662360_PP0", "vllm_Worker_1796239068483662360_PP1"], [(0, 0), (0, 1)]),
+    (["vllm_Worker_1796239068483662360"], [(0, 0)]),
+])
+def test_ray_placement_reads_vllm_0_32_s_actor_names(names, ranks):
+    actors = [dict(json.loads(RAY_ACTORS_2_60)[0], name=name) for name in names]
+    placement = ray_placement(json.dumps(actors), RAY_NODES_2_60)
+    assert [(w["tp"], w["pp"]) for w in placement["workers"]] == ranks
+
+
 def test_ray_placement_keeps_dead_actors_apart_and_ignores_other_classes():
     actors = json.loads(RAY_ACTORS_2_60)
     actors[1]["state"] = "DEAD"

@@ -110,7 +110,9 @@ class RayMode(LaunchMode):
         # vLLM's ray.init() finds a running cluster only through RAY_ADDRESS or the address file of Ray's
         # default temp directory; the units' --temp-dir and private /tmp hide that file, so without this vLLM
         # starts a Ray instance of its own (no GPUs, no other node) and its placement group never fits.
-        return {"RAY_ADDRESS": f"{head['address']}:{ports['ray_gcs']}"}
+        # RAY_DEDUP_LOGS=0: Ray's driver folds log lines that differ only in numbers ("world_size=2 rank=0"
+        # and "... rank=1", "[repeated 2x across cluster]"), so verify would miss every rank line but one.
+        return {"RAY_ADDRESS": f"{head['address']}:{ports['ray_gcs']}", "RAY_DEDUP_LOGS": "0"}
 
     def engine_node(self, nodes, leader_node):
         return nodes[0]["host"]
