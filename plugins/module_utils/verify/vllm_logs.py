@@ -411,6 +411,24 @@ _RAY_ACTOR_NAME = re.compile(
 )
 
 
+def _current_jobs(actors):
+    """The Ray jobs of the running vLLM: those of its live workers, else the newest job (ids are little-endian)."""
+    alive = {actor.get("job_id") for actor in actors if actor.get("state") == "ALIVE"}
+    if alive or not actors:
+        return alive
+    ids = [actor.get("job_id") for actor in actors if actor.get("job_id")]
+    if not ids:
+        return {None}
+    return {max(ids, key=_job_order)}
+
+
+def _job_order(job_id):
+    try:
+        return int.from_bytes(bytes.fromhex(job_id), "little")
+    except ValueError:
+        return -1
+
+
 class RayStateError(ValueError):
     """The text is not the JSON that ``ray list ... --format json`` prints."""
 
@@ -449,9 +467,11 @@ def ray_placement(actors_json, nodes_json, class_name="RayWorkerProc"):
             }
         )
     workers, dead = [], []
-    for actor in actors:
-        if actor.get("class_name") != class_name:
-            continue
+    ours = [actor for actor in actors if actor.get("class_name") == class_name]
+    current = _current_jobs(ours)
+    for actor in ours:
+        if actor.get("state") != "ALIVE" and actor.get("job_id") not in current:
+            continue  # an earlier vLLM's worker: Ray's state API keeps dead actors after a restart
         match = _RAY_ACTOR_NAME.match(actor.get("name") or "")
         row = {
             "name": actor.get("name"),
