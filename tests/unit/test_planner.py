@@ -9,7 +9,9 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.launch import DEF
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import (
     PlanError,
+    PlanRequest,
     build_plan,
+    plan,
     plan_from_request,
 )
 
@@ -818,7 +820,6 @@ def test_cpu_pp_never_adds_enforce_eager():
 @pytest.mark.parametrize(
     ("model", "overrides", "kwargs", "message"),
     [
-        (tiny(), {"backend": "ray"}, {}, "does not support ray"),
         (tiny_mixtral(), {"ep": 2}, {}, "expert parallel serving does not work on the CPU"),
         (tiny_mixtral(), {"dp": 2}, {}, "MoE data parallel fails on the CPU"),
         (tiny_mixtral(), {}, {"enable_eplb": True}, "only supported on CUDA"),
@@ -831,6 +832,47 @@ def test_cpu_refuses_what_does_not_work_there(model, overrides, kwargs, message)
         build_plan(
             model, cpu_nodes(1, 2), {"max_model_len": 512}, overrides, device="cpu", model_path="/m", **kwargs
         )
+
+
+def test_cpu_refuses_backend_ray_unless_the_runtime_is_said_to_support_it():
+    variables = {"vllm_cluster_model": "llama-3.1-8b", "vllm_cluster_device": "cpu", "vllm_cluster_backend": "ray",
+                 "vllm_cluster_tp": 2, "vllm_cluster_allow_tp_across_nodes": True}
+    for given in ({}, {"vllm_cluster_cpu_ray_support": False}):
+        with pytest.raises(PlanError) as error:
+            plan(PlanRequest.from_variables(dict(variables, **given), cpu_nodes(2, 1), "lab0"))
+        assert str(error.value) == (
+            "vllm_cluster_backend=ray on lab0 with vllm_cluster_device=cpu: vLLM's CPU platform has no Ray device key "
+            "(vLLM: current platform cpu does not support ray) and the runtime is not said to give it one; expected "
+            "vllm_cluster_cpu_ray_support=true where the nodes' runtime carries a vLLM platform plugin that gives the "
+            "CPU platform a Ray device key (docs/planner.md, \"Backend ray on the CPU platform\"), else backend mp")
+    with pytest.raises(PlanError, match=r"^backend=ray with device=cpu: .* expected cpu_ray_support=true where"):
+        cpu_plan({"tp": 2, "backend": "ray"})
+    with pytest.raises(PlanError, match=r"^vllm_cluster_cpu_ray_support on lab0 must be true or false, got 'maybe'"):
+        plan(PlanRequest.from_variables(dict(variables, vllm_cluster_cpu_ray_support="maybe"), cpu_nodes(2, 1),
+                                        "lab0"))
+
+
+@pytest.mark.parametrize(("overrides", "processes"), [({"tp": 2}, ["Worker_TP0", "Worker_TP1"]),
+                                                      ({"tp": 1, "pp": 2}, ["Worker_PP0", "Worker_PP1"])])
+def test_cpu_backend_ray_with_runtime_support_is_the_seed_s_ray_path_with_worker_slots_as_gpus(overrides, processes):
+    result = cpu_plan(dict(overrides, backend="ray"), nodes=cpu_nodes(2, 1), allow_tp_across_nodes=True,
+                      cpu_ray_support=True)
+    head, worker = result["nodes"]
+    assert (result["backend"], result["world_size"]) == ("ray", 2)
+    assert head["argv"][-2:] == ["--distributed-executor-backend", "ray"] and "--nnodes" not in head["argv"]
+    assert (head["runs_vllm"], worker["runs_vllm"], worker["argv"]) == (True, False, [])
+    # vllm serve joins the Ray cluster of the units (their --temp-dir hides Ray's address file from it).
+    assert head["env"]["RAY_ADDRESS"] == "10.213.1.11:6379" and "RAY_ADDRESS" not in worker["env"]
+    assert head["env"]["RAY_DEDUP_LOGS"] == "0"  # every rank's line reaches the head's journal
+    # Ray's logical GPUs are the plan's worker slots: one a node, so the placement group puts one rank on each.
+    for node in (head, worker):
+        argv = node["ray_start_argv"]
+        assert argv[argv.index("--num-gpus") + 1] == "1"
+    assert "--head" in head["ray_start_argv"] and worker["ray_start_argv"][-18:-16] == ["--address", "10.213.1.11:6379"]
+    expect = result["expect"]
+    assert (expect["executor"], expect["distributed_backend"], expect["ranks_by_node"]) == ("ray", "gloo",
+                                                                                         {"lab0": [0], "lab1": [1]})
+    assert [rank["process"] for rank in expect["rank_assignments"]] == processes
 
 
 def test_cpu_moe_without_ep_is_planned():

@@ -1074,6 +1074,36 @@ def test_ray_placement_joins_actors_with_nodes():
     assert placement["dead"] == []
 
 
+@pytest.mark.parametrize(("names", "ranks"), [
+    # vLLM 0.32 names a size's part only when the size is > 1 (seen on the lab: TP=2 PP=1 gave _TP0, _TP1).
+    (["vllm_Worker_1796239068483662360_TP0", "vllm_Worker_1796239068483662360_TP1"], [(0, 0), (1, 0)]),
+    (["vllm_Worker_1796239068483662360_PP0", "vllm_Worker_1796239068483662360_PP1"], [(0, 0), (0, 1)]),
+    (["vllm_Worker_1796239068483662360"], [(0, 0)]),
+])
+def test_ray_placement_reads_vllm_0_32_s_actor_names(names, ranks):
+    actors = [dict(json.loads(RAY_ACTORS_2_60)[0], name=name) for name in names]
+    placement = ray_placement(json.dumps(actors), RAY_NODES_2_60)
+    assert [(w["tp"], w["pp"]) for w in placement["workers"]] == ranks
+
+
+def test_ray_placement_counts_dead_workers_of_the_running_vllm_only():
+    # Seen on the lab: after vLLM restarted under the same Ray cluster, the state API still listed the
+    # previous job's workers as DEAD; they are not the running deployment's.
+    alive = json.loads(RAY_ACTORS_2_60)
+    earlier = [dict(actor, state="DEAD", job_id="03000000", pid=actor["pid"] - 100) for actor in alive]
+    current = [dict(actor, job_id="04000000") for actor in alive]
+    placement = ray_placement(json.dumps(earlier + current), RAY_NODES_2_60)
+    assert (len(placement["workers"]), placement["dead"]) == (2, [])
+    current[0]["state"] = "DEAD"
+    placement = ray_placement(json.dumps(earlier + current), RAY_NODES_2_60)
+    assert [(w["name"], w["state"]) for w in placement["dead"]] == [("vllm_Worker_3f2a9c1b_TP1_PP0", "DEAD")]
+    # No live worker at all: the newest job's dead workers (job ids are little-endian: 0001 is after ff00).
+    newest = [dict(actor, state="DEAD", job_id="00010000") for actor in alive]
+    older = [dict(actor, state="DEAD", job_id="ff000000") for actor in alive[:1]]
+    placement = ray_placement(json.dumps(older + newest), RAY_NODES_2_60)
+    assert [w["name"] for w in placement["dead"]] == [a["name"] for a in alive]
+
+
 def test_ray_placement_keeps_dead_actors_apart_and_ignores_other_classes():
     actors = json.loads(RAY_ACTORS_2_60)
     actors[1]["state"] = "DEAD"

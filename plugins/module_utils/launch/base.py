@@ -52,8 +52,11 @@ class LaunchMode:
 
     # ------------------------------------------------------------------ planning
 
-    def refuse_device(self, device):
-        """A sentence when the mode cannot run on ``device``; None when it can."""
+    def refuse_device(self, device, cpu_ray_support=False):
+        """A sentence when the mode cannot run on ``device``; None when it can.
+
+        ``cpu_ray_support``: the nodes' runtime gives vLLM's CPU platform a Ray device key (input cpu_ray_support).
+        """
         return None
 
     def refuse_expert_parallel(self, setting):
@@ -94,6 +97,10 @@ class LaunchMode:
 
     def node_extras(self, node, head, gpus, ports):
         """Extra keys of a plan node (Ray: ``ray_start_argv``)."""
+        return {}
+
+    def vllm_env(self, head, ports):
+        """Environment the mode adds to a node that runs ``vllm serve`` (Ray: which cluster to join)."""
         return {}
 
     def engine_node(self, nodes, leader_node):

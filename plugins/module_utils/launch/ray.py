@@ -4,8 +4,9 @@
 stage) join every node of the replica with the plan's GPU counts; the head runs
 ``vllm serve ... --distributed-executor-backend ray`` and vLLM places its
 workers as Ray actors. Their log lines are in the head's journal; their nodes
-come from Ray's state API. Ray plans cover TP and PP (one replica, CUDA only:
-vLLM's CPU platform has no Ray device key).
+come from Ray's state API. Ray plans cover TP and PP (one replica). vLLM's CPU
+platform has no Ray device key: on CPU only where the inventory says the runtime
+gives it one (cpu_ray_support; the lab's platform plugin, docs/lab.md).
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ class RayMode(LaunchMode):
     without_vllm = "ray start only"
     async_scheduling = False  # vLLM 0.32's Ray executor does not support it
 
-    def refuse_device(self, device):
-        if device == "cpu":
-            return "backend ray does not work on the CPU platform (vLLM: current platform cpu does not support ray)"
+    def refuse_device(self, device, cpu_ray_support=False):
+        if device == "cpu" and not cpu_ray_support:
+            return ("vLLM's CPU platform has no Ray device key (vLLM: current platform cpu does not support ray) "
+                    "and the runtime is not said to give it one")
         return None
 
     def refuse_expert_parallel(self, setting):
@@ -103,6 +105,14 @@ class RayMode(LaunchMode):
         ):
             argv += [flag, str(ports[key])]
         return {"ray_start_argv": argv}
+
+    def vllm_env(self, head, ports):
+        # vLLM's ray.init() finds a running cluster only through RAY_ADDRESS or the address file of Ray's
+        # default temp directory; the units' --temp-dir and private /tmp hide that file, so without this vLLM
+        # starts a Ray instance of its own (no GPUs, no other node) and its placement group never fits.
+        # RAY_DEDUP_LOGS=0: Ray's driver folds log lines that differ only in numbers ("world_size=2 rank=0"
+        # and "... rank=1", "[repeated 2x across cluster]"), so verify would miss every rank line but one.
+        return {"RAY_ADDRESS": f"{head['address']}:{ports['ray_gcs']}", "RAY_DEDUP_LOGS": "0"}
 
     def engine_node(self, nodes, leader_node):
         return nodes[0]["host"]

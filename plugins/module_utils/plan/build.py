@@ -140,6 +140,7 @@ def build_plan(
     allow_tp_across_nodes=False,
     cpu_kvcache_space_gib=1,
     cpu_cores_per_node=None,
+    cpu_ray_support=False,
     enforce_eager=None,
     load_format=None,
     kv_cache_dtype=None,

@@ -204,9 +204,14 @@ def prepare(request):
         mode = launch.get(overrides.pop("backend", launch.DEFAULT))
     except launch.UnknownLaunchMode as exc:
         raise PlanError(str(exc).replace("backend", request.label("overrides.backend"), 1)) from None
-    refusal = mode.refuse_device(device)
+    inputs.cpu_ray_support = boolean(request.get("cpu_ray_support"), request.label("cpu_ray_support"))
+    refusal = mode.refuse_device(device, inputs.cpu_ray_support)
     if refusal:
-        raise PlanError(refusal)
+        raise PlanError(
+            f"{request.setting('overrides.backend', mode.name)} with {request.name('device')}={device}: {refusal}; "
+            f"expected {request.name('cpu_ray_support')}=true where the nodes' runtime carries a vLLM platform plugin "
+            "that gives the CPU platform a Ray device key (docs/planner.md, \"Backend ray on the CPU platform\"), "
+            "else backend mp")
     inputs.mode = mode
     inputs.backend = mode.name
     inputs.pins = {key: integer(value, request.label(f"overrides.{key}")) for key, value in overrides.items()}

@@ -149,6 +149,8 @@ def layout_nodes(inputs, cand, rows):
             "argv": serve_argv(inputs, cand, index, head["address"]) if runs_vllm else [],
             "env": node_env(inputs, node, len(node_rows)),
         }
+        if runs_vllm:
+            entry["env"] = dict(sorted({**entry["env"], **mode.vllm_env(head, inputs.ports)}.items()))
         if node["fabric_interface"]:
             entry["fabric_interface"] = node["fabric_interface"]
         if node.get("gpu_ids"):

@@ -80,6 +80,9 @@ INPUTS = (
           "CPU: VLLM_CPU_KVCACHE_SPACE per worker (default 1)", default=1),
     Input("cpu_cores_per_node", "vllm_cluster_cpu_cores_per_node", "--cpu-cores-per-node", "int",
           "CPU: cores to bind the workers of a node to"),
+    Input("cpu_ray_support", "vllm_cluster_cpu_ray_support", "--cpu-ray-support", "bool",
+          "CPU: the nodes' runtime gives vLLM's CPU platform a Ray device key (a platform plugin, e.g. the lab's "
+          "lab/vllm_cpu_ray_plugin), so backend ray can run", default=False),
     Input("enforce_eager", "vllm_cluster_enforce_eager", "--enforce-eager", "bool",
           "add --enforce-eager (no CUDA graphs)"),
     Input("load_format", "vllm_cluster_load_format", "--load-format", "choice", "vLLM --load-format",
@@ -99,7 +102,8 @@ BY_KEY = {spec.key: spec for spec in INPUTS}
 SECTIONS = ("targets", "overrides")
 #: build_plan's arguments, in its order (error messages list them so).
 REQUEST_KEYS = ("model", "cluster", "targets", "overrides", "device", "ports", "deployment", "model_path",
-                "allow_tp_across_nodes", "cpu_kvcache_space_gib", "cpu_cores_per_node", "enforce_eager",
+                "allow_tp_across_nodes", "cpu_kvcache_space_gib", "cpu_cores_per_node", "cpu_ray_support",
+                "enforce_eager",
                 "load_format", "kv_cache_dtype", "enable_eplb", "api_host", "serve_args", "vllm_version")
 #: Every inventory variable the plan reads.
 VARIABLES = tuple(spec.variable for spec in INPUTS if spec.variable)

@@ -404,9 +404,29 @@ def worker_process_names(topology):
 
 # --------------------------------------------------------------------------- Ray state API
 
+# vLLM 0.32 (ray_utils.build_actor_name) adds _TP<r> only when TP > 1, _PP<r> only when PP > 1 and _PCP<r>
+# only when PCP > 1: "vllm_Worker_<instance>_TP1" at TP=2 PP=1, "vllm_Worker_<instance>_PP1" at TP=1 PP=2.
 _RAY_ACTOR_NAME = re.compile(
-    r"^vllm_Worker_(?P<instance>.+?)(?:_dp(?P<dp>\d+))?_TP(?P<tp>\d+)_PP(?P<pp>\d+)(?:_PCP(?P<pcp>\d+))?$"
+    r"^vllm_Worker_(?P<instance>.+?)(?:_dp(?P<dp>\d+))?(?:_TP(?P<tp>\d+))?(?:_PP(?P<pp>\d+))?(?:_PCP(?P<pcp>\d+))?$"
 )
+
+
+def _current_jobs(actors):
+    """The Ray jobs of the running vLLM: those of its live workers, else the newest job (ids are little-endian)."""
+    alive = {actor.get("job_id") for actor in actors if actor.get("state") == "ALIVE"}
+    if alive or not actors:
+        return alive
+    ids = [actor.get("job_id") for actor in actors if actor.get("job_id")]
+    if not ids:
+        return {None}
+    return {max(ids, key=_job_order)}
+
+
+def _job_order(job_id):
+    try:
+        return int.from_bytes(bytes.fromhex(job_id), "little")
+    except ValueError:
+        return -1
 
 
 class RayStateError(ValueError):
@@ -447,9 +467,11 @@ def ray_placement(actors_json, nodes_json, class_name="RayWorkerProc"):
             }
         )
     workers, dead = [], []
-    for actor in actors:
-        if actor.get("class_name") != class_name:
-            continue
+    ours = [actor for actor in actors if actor.get("class_name") == class_name]
+    current = _current_jobs(ours)
+    for actor in ours:
+        if actor.get("state") != "ALIVE" and actor.get("job_id") not in current:
+            continue  # an earlier vLLM's worker: Ray's state API keeps dead actors after a restart
         match = _RAY_ACTOR_NAME.match(actor.get("name") or "")
         row = {
             "name": actor.get("name"),
@@ -457,8 +479,8 @@ def ray_placement(actors_json, nodes_json, class_name="RayWorkerProc"):
             "pid": actor.get("pid"),
             "node_id": actor.get("node_id"),
             "node_ip": ip_by_node.get(actor.get("node_id")),
-            "tp": int(match.group("tp")) if match else None,
-            "pp": int(match.group("pp")) if match else None,
+            "tp": int(match.group("tp") or 0) if match else None,
+            "pp": int(match.group("pp") or 0) if match else None,
             "dp": int(match.group("dp")) if match and match.group("dp") else None,
         }
         (workers if actor.get("state") == "ALIVE" else dead).append(row)
