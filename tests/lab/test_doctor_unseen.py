@@ -15,7 +15,7 @@ next one (a restart when the fault needed one).
 Every run saves what the doctor read under the results directory
 (unseen/<fault>/doctor-evidence.json with the expectation beside it);
 VLLM_CLUSTER_UNSEEN_CAPTURE=<dir> copies them there too. The captures in
-tests/fixtures/doctor/unseen/ come from this module; tests/unit/test_doctor_unseen.py
+tests/fixtures/doctor/unseen/ come from this module; tests/unit/test_doctor_unseen_replay.py
 diagnoses them again offline (in CI), and scripts/doctor-unseen-table diagnoses
 them with an older checkout's doctor for the before/after table in docs/doctor.md.
 """
@@ -256,7 +256,7 @@ def back_to_healthy(lab, fault):
 
 
 def save_capture(results, fault, lab):
-    """Keep what the doctor read, with what it had to answer (tests/unit/test_doctor_unseen.py reads both)."""
+    """Keep what the doctor read, with what it had to answer (tests/unit/test_doctor_unseen_replay.py reads both)."""
     source = results / DEPLOYMENT / "doctor-evidence.json"
     text = source.read_text(encoding="utf-8")
     assert lab.api_key not in text, "the API key must never reach the evidence"

@@ -34,3 +34,13 @@ def test_a_clean_run_passes(tmp_path):
     result = run_pytest(tmp_path, "def test_ok():\n    assert 1\n")
     assert result.returncode == 0, result.stdout
     assert "skipped or xfailed" not in result.stdout
+
+
+def test_every_test_module_name_is_unique_across_the_layers():
+    # The layers are folders without __init__.py, so pytest imports each module by its bare name: a second
+    # tests/*/test_x.py stops the whole run at collection ("import file mismatch"), as
+    # tests/unit/test_doctor_unseen.py did beside tests/lab/test_doctor_unseen.py in a CI run.
+    seen = {}
+    for path in sorted(TESTS.glob("*/test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
