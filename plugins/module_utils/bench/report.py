@@ -8,6 +8,8 @@ results/<deployment>/
     latency.png      TTFT and TPOT percentiles per stage
     throughput.png   output and total tok/s per stage against the ideal linear line
     utilization.png  per-device utilization (and memory) over time, per stage
+    timelines.png    what Prometheus saw per replica during each stage's load (running and
+                     waiting requests, KV usage, output tok/s), when the stage recorded it
 
 matplotlib is imported inside the plotting functions only, so this module (and
 the verdict logic) stays importable where matplotlib is not installed; the report
@@ -26,6 +28,7 @@ import tempfile
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import profile as bench_profile
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import stage as bench_stage
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import timeline as bench_timeline
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import verdict as bench_verdict
 
 RECORD_KIND = "vllm-cluster bench stage"
@@ -33,7 +36,7 @@ RECORD_VERSION = 1
 STAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 # Files of results/<deployment>/ that other playbooks write.
 RESERVED_STAGES = ("plan", "report", "checklist")
-PLOTS = ("latency.png", "throughput.png", "utilization.png")
+PLOTS = ("latency.png", "throughput.png", "utilization.png", "timelines.png")
 STATUS_WORDS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "info": "info", "not_comparable": "not comparable"}
 
 
@@ -420,6 +423,16 @@ def _stage_section(judged: dict, record: dict) -> list[str]:
     for error in usage["errors"][:5]:
         out.append(f"- sampler: {error}")
     out.append("")
+    timelines = record.get("timelines")
+    if timelines:
+        if timelines.get("error"):
+            out += [f"Prometheus timelines: none ({timelines['error']}).", ""]
+        else:
+            out.append(f"Prometheus timelines ({timelines['source']}, timelines.png):")
+            out += [f"- {line}" for line in bench_timeline.summary(timelines)]
+            if timelines.get("empty"):
+                out.append(f"- no series for: {', '.join(timelines['empty'])} (metric names of this vLLM?)")
+            out.append("")
     trouble = judged["troubleshooting"]
     if trouble:
         out.append(f"Troubleshooting, in the seed's order (compute -> communication -> load): {trouble['summary']}.")
@@ -612,6 +625,47 @@ def plot_utilization(evaluation: dict, path: str) -> str | None:
     return path
 
 
+def plot_timelines(evaluation: dict, stages: dict, path: str) -> str | None:
+    """One row per stage with Prometheus timelines, one column per query, one line per replica; None
+    when no stage has any (no Prometheus named, or it answered nothing)."""
+    rows = []
+    for judged in evaluation["stages"]:
+        timelines = (stages.get(judged["stage"]) or {}).get("timelines") or {}
+        if not timelines.get("error") and any(s["points"] for series in (timelines.get("series") or {}).values()
+                                             for s in series):
+            rows.append((judged, timelines))
+    if not rows:
+        if os.path.exists(path):
+            os.remove(path)  # a stale plot of an earlier report would be read as this one's
+        return None
+    plt = _pyplot()
+    names = list(bench_timeline.QUERIES)
+    fig, axes = plt.subplots(len(rows), len(names), figsize=(3.4 * len(names), 2.6 * len(rows)), squeeze=False)
+    for row, (judged, timelines) in enumerate(rows):
+        origin = timelines["load_start"]
+        for column, name in enumerate(names):
+            axis = axes[row][column]
+            _, unit, words = bench_timeline.QUERIES[name]
+            series = timelines["series"].get(name) or []
+            for index, one in enumerate(series):
+                if one["points"]:
+                    axis.plot([t - origin for t, _ in one["points"]], [v for _, v in one["points"]],
+                              color=PALETTE[index % len(PALETTE)], linewidth=1.2,
+                              label=f"{one['node'] or '?'} / replica {one['replica'] or '-'}")
+            axis.axvspan(0, timelines["load_end"] - origin, color="#999999", alpha=0.12, linewidth=0)
+            axis.set_title(f"{judged['stage']}: {words}" if column == 0 else words, loc="left", fontsize=8)
+            axis.set_ylabel(unit)
+            axis.set_xlabel("s from the load's start (shaded: the load)")
+            if not series:
+                axis.text(0.5, 0.5, "no series", transform=axis.transAxes, ha="center", va="center")
+        axes[row][0].legend(loc="upper left", fontsize=6, frameon=False)
+    fig.suptitle("What Prometheus saw per replica during each stage's load", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def write_plots(evaluation: dict, stages: dict, results_dir: str) -> dict:
     """PNG files next to report.md; {name: path or None, 'skipped': reason or None}."""
     try:
@@ -622,6 +676,7 @@ def write_plots(evaluation: dict, stages: dict, results_dir: str) -> dict:
     written["latency.png"] = plot_latency(evaluation, os.path.join(results_dir, "latency.png"))
     written["throughput.png"] = plot_throughput(evaluation, os.path.join(results_dir, "throughput.png"))
     written["utilization.png"] = plot_utilization(evaluation, os.path.join(results_dir, "utilization.png"))
+    written["timelines.png"] = plot_timelines(evaluation, stages, os.path.join(results_dir, "timelines.png"))
     return written
 
 
