@@ -1,12 +1,11 @@
 """plugins/module_utils/bench/timeline.py: the queries, the window, the parsing, and Prometheus away.
 
-The live proof (a real vLLM scraped by a real Prometheus) is tests/runtime/test_prometheus_timelines.py.
+The live proof (a real vLLM scraped by a real Prometheus) is tests/runtime/test_prometheus_live.py.
 """
 
 import socket
 
 import pytest
-
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import timeline
 
 

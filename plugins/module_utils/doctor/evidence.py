@@ -211,6 +211,8 @@ class Cluster:
         self.nodes = [Node(name, raw_nodes[name], plan_nodes.get(name)) for name in order]
         # The API as a client sees it, probed from the controller (client_from_registered); {} when not probed.
         self.client = evidence.get("client") or {}
+        # What Prometheus knows of the deployment (metrics.gather); {} when no Prometheus was named.
+        self.metrics = evidence.get("metrics") or {}
 
     def reachable_nodes(self):
         return [node for node in self.nodes if node.reachable]

@@ -10,7 +10,8 @@ Observations check; the catalog decides what a hit means.
 To add one, write it in ``observations_node.py`` (what a node shows on its
 own), ``observations_network.py`` (what lies between nodes) or
 ``observations_config.py`` (a gathered fact compared with the plan or the
-other nodes: drop-ins, limits, process states, access, disk, the API key) and
+other nodes: drop-ins, limits, process states, access, disk, the API key),
+``observations_metrics.py`` (what Prometheus knows: trends, alerts) and
 name it here.
 
 Pure Python 3.11, no Ansible import.
@@ -25,6 +26,11 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observatio
     obs_service_user_access,
     obs_unit_limits_differ,
     obs_unit_overridden,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_metrics import (
+    obs_alert_firing,
+    obs_kv_saturated,
+    obs_metrics_unreadable,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_network import (
     obs_address_missing,
@@ -99,4 +105,8 @@ OBSERVATIONS = {
     "service_user_access": obs_service_user_access,
     "disk_low": obs_disk_low,
     "api_key_differs": obs_api_key_differs,
+    # What Prometheus knows (issue 19, item 5)
+    "kv_saturated": obs_kv_saturated,
+    "alert_firing": obs_alert_firing,
+    "metrics_unreadable": obs_metrics_unreadable,
 }

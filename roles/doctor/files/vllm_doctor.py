@@ -2,14 +2,18 @@
 """The doctor's controller side: diagnose saved evidence, or evaluate the seed's checklist.
 
     vllm_doctor.py diagnose --catalog signatures.yml --evidence doctor-evidence.json \
-        [--markdown doctor.md] [--json doctor.json] [--evidence-lines 8]
+        [--markdown doctor.md] [--json doctor.json] [--evidence-lines 8] \
+        [--prometheus http://10.0.0.5:9090 [--prometheus-lookback 5m]]
     vllm_doctor.py checklist --evidence checklist-evidence.json [--results DIR] \
         [--markdown checklist.md] [--json checklist.json]
 
 The evidence file is what the doctor role writes under results/<deployment>/:
 {"plan": ..., "hosts": [...], "gather": [...], "gpu": [...], "ib": [...]}, the
 registered results of doctor_gather, gpu_facts and ib_facts per node. Running
-this script again on a saved file gives the same report, offline. It prints one
+this script again on a saved file gives the same report, offline. With
+--prometheus, what Prometheus knows of the deployment (firing alerts, each
+replica's trend) is asked first and saved into the evidence file as "metrics",
+so the replay needs no Prometheus either. It prints one
 JSON object on stdout (the summary the playbook reads). All logic is in the
 collection's plugins/module_utils/doctor/ (catalog.py loads the signatures,
 diagnosis.py matches them, report.py renders the report; checklist.py).
@@ -63,9 +67,17 @@ def diagnose(args):
     catalog = load_catalog_file(args.catalog)
     with open(args.evidence, encoding="utf-8") as handle:
         data = json.load(handle)
+    if args.prometheus:
+        from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import metrics
+
+        data["metrics"] = metrics.gather(args.prometheus, (data.get("plan") or {}).get("deployment"),
+                                         args.prometheus_lookback)
+        _write(args.evidence, json.dumps(data) + "\n")
     client = data.get("client") or {}
-    report = diagnosis.diagnose(catalog, evidence_from_registered(
-        data.get("plan"), _hosts(data), client_from_registered(client.get("url"), client.get("results"))))
+    evidence = evidence_from_registered(
+        data.get("plan"), _hosts(data), client_from_registered(client.get("url"), client.get("results")))
+    evidence["metrics"] = data.get("metrics") or {}
+    report = diagnosis.diagnose(catalog, evidence)
     report["plan_source"] = data.get("plan_source") or {}
     _write(args.markdown, render_markdown(report))
     _write(args.json, json.dumps(report, indent=2) + "\n")
@@ -106,6 +118,8 @@ def main(argv=None):
     one.add_argument("--markdown")
     one.add_argument("--json")
     one.add_argument("--evidence-lines", type=int, default=8)
+    one.add_argument("--prometheus", help="a Prometheus that scrapes the deployment (role vllm_monitoring)")
+    one.add_argument("--prometheus-lookback", default="5m", help="the trend's look-back (a Prometheus duration)")
     one.set_defaults(func=diagnose)
     two = sub.add_parser("checklist", help="evaluate the seed's checklist (7.1) on saved evidence")
     two.add_argument("--evidence", required=True)
