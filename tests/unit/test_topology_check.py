@@ -32,6 +32,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.vllm_logs 
 from test_vllm_logs import LAB_JOURNALS, RAY_ACTORS_2_60, RAY_NODES_2_60, captured
 
 REPO = Path(__file__).resolve().parents[2]
+LAB_CAPTURES = REPO / "tests" / "fixtures" / "vllm" / "lab"
 ACTIVE = {"name": "vllm.service", "load_state": "loaded", "active_state": "active", "sub_state": "running",
           "invocation_id": "0f0e", "main_pid": 2775, "restarts": 0}
 
@@ -194,6 +195,26 @@ def test_the_lab_layouts_verify(overrides, journals):
     assert {r["check"] for r in verdict["rows"] if r["node"] == "node2"} >= {
         "unit", "role", "world_size", "ranks (rank/local)", "DP/PP/TP/EP ranks", "worker processes"
     }
+
+
+def test_three_independent_replicas_verify_each_node_on_its_own():
+    # The lab's DP=3 of the tiny Llama as independent servers (tests/fixtures/vllm/lab/independent-dp3.source.txt).
+    plan = lab_plan({"tp": 1, "dp": 3})
+    observed = {node: {**parse_log((LAB_CAPTURES / f"independent-dp3-{node}.log").read_text()), "unit": dict(ACTIVE)}
+                for node in ("node1", "node2", "node3")}
+    verdict = check(plan, observed)
+    assert verdict["ok"], verdict["table"]
+    for node in ("node1", "node2", "node3"):
+        assert row(verdict, node, "role")["found"] == "API server on http://0.0.0.0:8000"
+        assert row(verdict, node, "sizes vLLM was given")["found"] == "TP=1 PP=1 DP=1"
+        assert row(verdict, node, "KV tokens EngineCore")["ok"]
+    assert row(verdict, "node2", "role")["expected"] == "API server (independent replica)"
+    assert row(verdict, "all", "every rank once per replica (x3)")["found"] == "0,0,0"
+    # One replica that is not up fails on its own node only.
+    observed["node3"] = {**parse_log(""), "unit": dict(ACTIVE)}
+    verdict = check(plan, observed)
+    assert not verdict["ok"]
+    assert {r["node"] for r in verdict["rows"] if not r["ok"]} <= {"node3", "all"}
 
 
 def test_vllms_internal_dp_found_behind_a_plan_of_independent_replicas_is_a_mismatch():
