@@ -24,7 +24,8 @@ runs for this deployment (its vLLM unit, Ray's worker unit on a Ray worker), whi
 stopped rank compares with node exporter's systemd collector.
 
 Each of vLLM's own series carries ``engine``, the DP rank of the engine it describes; the scrape job
-copies it into ``replica`` (prometheus.yml's metric_relabel_configs), so per-replica series say which.
+copies it into ``replica`` (prometheus.yml's metric_relabel_configs), so per-replica series say which,
+with ``node``: independent servers (a dense model's DP) number their engines from 0 each.
 """
 
 from __future__ import annotations
