@@ -14,7 +14,11 @@ vLLM flags: every argv gains `--served-model-name <deployment>` and every plan t
 `served_model_name` and `serve_args` (the requests are unchanged), then for issue 17's shared machines:
 every plan gains the key `service` (its unit and directories; nothing else changed, the requests neither),
 then for issue 24's Ray on the lab: the head of a Ray plan gains RAY_ADDRESS and RAY_DEDUP_LOGS=0 in its env
-(71 plans) and backend ray on cpu says what would allow it (17 errors; the requests are unchanged).
+(71 plans) and backend ray on cpu says what would allow it (17 errors; the requests are unchanged), then for
+issue 18's independent DP replicas: every plan gains the key `data_parallel`; a dense model's DP replicas (20
+plans) become independent servers (argv without the multi-node and cross-node DP flags, no headless node,
+engines numbered per server, the decision's "why" line and wording); MoE DP plans (58) gain the "why" line
+in their decision; nothing else changed, the errors neither.
 """
 
 from __future__ import annotations

@@ -58,11 +58,12 @@ def test_the_labs_tp2_over_two_nodes_scrapes_the_heads_api_and_every_hosts_node_
     assert all(isinstance(value, str) for group in json.loads(json.dumps(groups)) for value in group["labels"].values())
 
 
-def test_dp_replicas_each_node_names_its_replica_and_the_api_server_fronts_both():
+def test_dense_dp_replicas_are_independent_api_servers_each_scraped_with_its_replica():
     plan = lab_plan({"tp": 1, "dp": 2})
     groups = targets.target_groups([plan])
-    (api_targets, api_labels), = by(groups, "vllm").values()
-    assert api_targets == ["10.77.1.1:8000"] and api_labels["replica"] == "0,1"
+    api = by(groups, "vllm")
+    assert {node: (t, labels["replica"], labels["rank"]) for node, (t, labels) in api.items()} == {
+        "node1": (["10.77.1.1:8000"], "0", "0"), "node2": (["10.77.1.2:8000"], "1", "1")}
     nodes = by(groups, "node")
     assert [(nodes[n][1]["replica"], nodes[n][1]["rank"]) for n in ("node1", "node2")] == [("0", "0"), ("1", "1")]
 

@@ -549,10 +549,52 @@ def test_replicas_spread_evenly_over_nodes():
     assert (plan["dp"], plan["nodes_used"]) == (4, 2)
     assert [node["dp_ranks"] for node in plan["nodes"]] == [[0, 1], [2, 3]]
     assert any("rounded up from 3" in line for line in plan["decision"])
-    assert (
-        flag(plan["nodes"][1]["argv"], "--data-parallel-size") == "4"
-        and "--headless" in plan["nodes"][1]["argv"]
-    )
+    # A dense model: each node is an independent server of its own two replicas (vLLM's DP inside the node only).
+    assert plan["data_parallel"] == {
+        "mode": "independent", "api_servers": 2, "replicas_per_server": 2,
+        "why": plan["data_parallel"]["why"]}
+    for node in plan["nodes"]:
+        assert flag(node["argv"], "--data-parallel-size") == "2"
+        assert not node["headless"] and node["runs_vllm"]
+        assert not {"--headless", "--nnodes", "--master-addr", "--node-rank", "--data-parallel-rpc-port"} & set(
+            node["argv"])
+    assert [engine["engine"] for engine in plan["expect"]["engines"]] == [f"EngineCore_DP{d}" for d in (0, 1, 0, 1)]
+    assert plan["expect"]["headless_launches"] == []
+
+
+def test_dense_dp_replicas_on_three_nodes_are_three_independent_servers():
+    plan = cpu_plan({"tp": 1, "dp": 3}, cpu_nodes(3, 1))
+    assert (plan["strategy"], plan["dp"], plan["nodes_used"]) == ("dp_replicas", 3, 3)
+    assert plan["data_parallel"]["mode"] == "independent" and plan["data_parallel"]["api_servers"] == 3
+    assert "independent vLLM server(s)" in plan["data_parallel"]["why"]
+    assert plan["data_parallel"]["why"] in plan["decision"]
+    assert any(line.startswith("Backend mp on each of the 3 node(s)") for line in plan["decision"])
+    assert [(n["role"], n["headless"], n["runs_vllm"], n["dp_ranks"]) for n in plan["nodes"]] == [
+        ("head", False, True, [0]), ("worker", False, True, [1]), ("worker", False, True, [2])]
+    first = plan["nodes"][0]["argv"]
+    for node in plan["nodes"]:
+        assert node["argv"] == first  # the same server on every node: nothing names another node
+        assert not [w for w in node["argv"] if w.startswith("--data-parallel") or w in
+                    ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless")]
+    expect = plan["expect"]
+    assert [(e["node"], e["engine"], e["dp_rank"]) for e in expect["engines"]] == [
+        ("lab0", "EngineCore", 0), ("lab1", "EngineCore", 1), ("lab2", "EngineCore", 2)]
+    assert expect["headless_launches"] == [] and expect["worker_log_world_size"] == 1
+
+
+def test_moe_dp_keeps_vllms_dp_and_says_why():
+    plan = build_plan(tiny_mixtral(), gpu_nodes(2, 1), {"max_model_len": 512}, {"dp": 2, "ep": 1}, model_path="/m")
+    assert (plan["strategy"], plan["dp"], plan["enable_expert_parallel"]) == ("dp_replicas", 2, False)
+    assert plan["data_parallel"]["mode"] == "vllm" and plan["data_parallel"]["api_servers"] == 1
+    assert plan["data_parallel"]["why"].startswith("MoE model") and plan["data_parallel"]["why"] in plan["decision"]
+    assert [n["headless"] for n in plan["nodes"]] == [False, True]
+    assert all(flag(n["argv"], "--data-parallel-size") == "2" and "--nnodes" in n["argv"] for n in plan["nodes"])
+
+
+def test_one_replica_has_no_data_parallel():
+    plan = build_plan("llama-3.1-8b", gpu_nodes(1, 1))
+    assert plan["data_parallel"] == {"mode": "none", "api_servers": 1, "replicas_per_server": 1,
+                                     "why": "One replica: no data parallel."}
 
 
 def test_throughput_estimate_is_flagged():

@@ -205,7 +205,7 @@ def check_plan(plan, request):
         assert flat == list(range(tp * pp * dp))
 
     # vLLM's launch arithmetic (arg_utils.create_engine_config) agrees with the plan's placement.
-    if plan["backend"] == "mp" and plan["nodes_used"] > 1:
+    if plan["backend"] == "mp" and plan["nodes_used"] > 1 and plan["data_parallel"]["mode"] != "independent":
         nnodes, world = plan["nodes_used"], tp * pp
         total = dp * world
         assert total % nnodes == 0  # "--nnodes N must evenly divide the total world size"
@@ -228,12 +228,23 @@ def check_plan(plan, request):
         assert argv[:3] == ["vllm", "serve", spec["path"]]
         assert all(isinstance(item, str) for item in argv)
         assert argv[argv.index("--tensor-parallel-size") + 1] == str(tp)
-        multi_node = plan["backend"] == "mp" and plan["nodes_used"] > 1
+        # A dense model's DP replicas are independent servers: no flag joins the nodes, every node serves the API
+        # and runs only its own replicas (vLLM's DP inside the node when it holds several).
+        independent = plan["data_parallel"]["mode"] == "independent"
+        assert independent == (dp > 1 and not plan["model"]["is_moe"] and not plan["enable_expert_parallel"]
+                               and len({row["node"] for row in rows if row["dp"] == 0}) == 1)
+        multi_node = plan["backend"] == "mp" and plan["nodes_used"] > 1 and not independent
         assert ("--nnodes" in argv) == multi_node
-        assert ("--headless" in argv) == (multi_node and node["node_rank"] > 0)
+        assert ("--master-addr" in argv) == multi_node
+        assert ("--headless" in argv) == (multi_node and node["node_rank"] > 0) == node["headless"]
         if multi_node:
             assert argv[argv.index("--node-rank") + 1] == str(node["node_rank"])
-        assert ("--data-parallel-size" in argv) == (dp > 1)
+        local_dp = len(node["dp_ranks"]) if independent else dp
+        assert ("--data-parallel-size" in argv) == (local_dp > 1)
+        if local_dp > 1:
+            assert argv[argv.index("--data-parallel-size") + 1] == str(local_dp)
+        assert not independent or not any(word.startswith("--data-parallel-") and word != "--data-parallel-size"
+                                           for word in argv)
         assert all(isinstance(value, str) for value in node["env"].values())
     if plan["backend"] == "ray":
         assert request["device"] == "cuda" and dp == 1

@@ -34,10 +34,30 @@ def test_three_single_node_deployments_of_one_model_are_three_workers():
         ("r1", "node1", "tiny", [0]), ("r2", "node2", "tiny", [0]), ("r3", "node3", "tiny", [0])]
 
 
-def test_internal_dp_has_one_front_end_its_head_which_fronts_every_replica():
-    plan = lab_plan({"tp": 1, "dp": 2})
+def test_dense_dp_replicas_are_independent_servers_each_a_worker_of_its_own_replica():
+    plan = lab_plan({"tp": 1, "dp": 3})
+    assert plan["data_parallel"]["mode"] == "independent"
+    workers = router_workers([plan, plan, plan])  # one plan per host: the deployment is taken once
+    assert [(w["url"], w["host"], w["replicas"]) for w in workers] == [
+        ("http://10.77.1.1:8000", "node1", [0]), ("http://10.77.1.2:8000", "node2", [1]),
+        ("http://10.77.1.3:8000", "node3", [2])]
+
+
+def moe_dp_plan():
+    """A MoE model's DP without EP over two one-GPU nodes: vLLM's internal DP, node2 headless."""
+    model = {"config": {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 128,
+                        "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+                        "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 512, "num_local_experts": 4,
+                        "num_experts_per_tok": 2, "max_position_embeddings": 2048, "torch_dtype": "bfloat16"}}
+    cluster = [{"name": f"node{k}", "address": f"10.77.1.{k}", "gpus": dict(H100, count=1)} for k in (1, 2)]
+    return build_plan(model, cluster, {"max_model_len": 512}, {"dp": 2, "ep": 1}, deployment="moe", model_path="/m")
+
+
+def test_moe_internal_dp_has_one_front_end_its_head_which_fronts_every_replica():
+    plan = moe_dp_plan()
+    assert plan["data_parallel"]["mode"] == "vllm"
     assert [node["headless"] for node in plan["nodes"]] == [False, True]
-    (worker,) = router_workers([plan, plan])  # one plan per host: the deployment is taken once
+    (worker,) = router_workers([plan, plan])
     assert worker["url"] == "http://10.77.1.1:8000" and worker["host"] == "node1" and worker["replicas"] == [0, 1]
 
 
@@ -46,7 +66,7 @@ def test_tp_over_two_nodes_is_one_worker_the_head():
 
 
 def hybrid_lb(plan):
-    """The dense DP plan as vLLM's hybrid load balancing runs it: every node serves its local ranks (not headless)."""
+    """The MoE DP plan as vLLM's hybrid load balancing runs it: every node serves its local ranks (not headless)."""
     plan = copy.deepcopy(plan)
     for node in plan["nodes"]:
         argv = [word for word in node["argv"] if word != "--headless"]
@@ -56,17 +76,17 @@ def hybrid_lb(plan):
 
 
 def test_hybrid_lb_makes_every_node_a_worker_for_its_own_replicas():
-    workers = router_workers([hybrid_lb(lab_plan({"tp": 1, "dp": 2}))])
+    workers = router_workers([hybrid_lb(moe_dp_plan())])
     assert [(w["url"], w["replicas"]) for w in workers] == [("http://10.77.1.1:8000", [0]),
                                                             ("http://10.77.1.2:8000", [1])]
 
 
 def test_hybrid_lb_with_headless_is_refused_naming_the_host():
-    plan = hybrid_lb(lab_plan({"tp": 1, "dp": 2}))
+    plan = hybrid_lb(moe_dp_plan())
     plan["nodes"][1]["argv"].append("--headless")
     plan["nodes"][1]["headless"] = True
     plan["nodes"][1]["runs_vllm"] = True
-    with pytest.raises(RouterError, match=r"host node2 \(deployment lab-tiny-llama\): its argv has "
+    with pytest.raises(RouterError, match=r"host node2 \(deployment moe\): its argv has "
                                           r"--data-parallel-hybrid-lb and --headless"):
         router_workers([plan])
 

@@ -32,6 +32,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.vllm_logs 
 from test_vllm_logs import LAB_JOURNALS, RAY_ACTORS_2_60, RAY_NODES_2_60, captured
 
 REPO = Path(__file__).resolve().parents[2]
+LAB_CAPTURES = REPO / "tests" / "fixtures" / "vllm" / "lab"
 ACTIVE = {"name": "vllm.service", "load_state": "loaded", "active_state": "active", "sub_state": "running",
           "invocation_id": "0f0e", "main_pid": 2775, "restarts": 0}
 
@@ -180,9 +181,8 @@ def lab_fact(name):
     [
         ({"tp": 2}, {"node1": "mn_tp2_node1", "node2": "mn_tp2_node2"}),
         ({"tp": 1, "pp": 2}, {"node1": "mn_pp2_node1", "node2": "mn_pp2_node2"}),
-        ({"tp": 1, "dp": 2}, {"node1": "mn_dp2_node1", "node2": "mn_dp2_node2"}),
     ],
-    ids=["2-node TP=2", "2-node PP=2", "dense DP=2 on 2 nodes"],
+    ids=["2-node TP=2", "2-node PP=2"],
 )
 def test_the_lab_layouts_verify(overrides, journals):
     plan = lab_plan(overrides)
@@ -195,6 +195,42 @@ def test_the_lab_layouts_verify(overrides, journals):
     assert {r["check"] for r in verdict["rows"] if r["node"] == "node2"} >= {
         "unit", "role", "world_size", "ranks (rank/local)", "DP/PP/TP/EP ranks", "worker processes"
     }
+
+
+def test_three_independent_replicas_verify_each_node_on_its_own():
+    # The lab's DP=3 of the tiny Llama as independent servers (tests/fixtures/vllm/lab/independent-dp3.source.txt).
+    plan = lab_plan({"tp": 1, "dp": 3})
+    observed = {node: {**parse_log((LAB_CAPTURES / f"independent-dp3-{node}.log").read_text()), "unit": dict(ACTIVE)}
+                for node in ("node1", "node2", "node3")}
+    verdict = check(plan, observed)
+    assert verdict["ok"], verdict["table"]
+    for node in ("node1", "node2", "node3"):
+        assert row(verdict, node, "role")["found"] == "API server on http://0.0.0.0:8000"
+        assert row(verdict, node, "sizes vLLM was given")["found"] == "TP=1 PP=1 DP=1"
+        assert row(verdict, node, "KV tokens EngineCore")["ok"]
+    assert row(verdict, "node2", "role")["expected"] == "API server (independent replica)"
+    assert row(verdict, "all", "every rank once per replica (x3)")["found"] == "0,0,0"
+    # One replica that is not up fails on its own node only.
+    observed["node3"] = {**parse_log(""), "unit": dict(ACTIVE)}
+    verdict = check(plan, observed)
+    assert not verdict["ok"]
+    assert {r["node"] for r in verdict["rows"] if not r["ok"]} <= {"node3", "all"}
+
+
+def test_vllms_internal_dp_found_behind_a_plan_of_independent_replicas_is_a_mismatch():
+    # Journals of the lab's dense DP=2 as vLLM's internal DP (node2 headless, DP=2 on node1's server): what a node
+    # still running the old layout shows. The plan now makes each node an independent server.
+    plan = lab_plan({"tp": 1, "dp": 2})
+    assert plan["data_parallel"]["mode"] == "independent"
+    observed = {"node1": lab_fact("mn_dp2_node1"), "node2": lab_fact("mn_dp2_node2"), "node3": IDLE}
+    verdict = check(plan, observed)
+    assert not verdict["ok"]
+    assert row(verdict, "node2", "role") == {"node": "node2", "check": "role",
+                                             "expected": "API server (independent replica)",
+                                             "found": "headless dp_engines", "ok": False}
+    assert row(verdict, "node1", "sizes vLLM was given")["found"] == "TP=1 PP=1 DP=2"
+    assert not row(verdict, "node1", "sizes vLLM was given")["ok"]
+    assert row(verdict, "node2", "sizes vLLM was given")["found"] == "TP=1 PP=1 DP=1"  # its own config line
 
 
 def test_the_lab_single_node_tp2_with_the_unit_edited_to_tp1():
@@ -290,8 +326,10 @@ def test_start_up_errors_are_a_mismatch():
         "node": "node1", "check": "start-up errors", "expected": "none",
         "found": "Traceback (most recent call last): (+1 more)", "ok": False,
     }
-    assert row(verdict, "node1", "KV tokens EngineCore_DP0")["found"] == "no KV cache line"
-    assert row(verdict, "node2", "KV tokens EngineCore_DP1")["ok"]
+    # The plan's replicas are independent servers, each with one engine (EngineCore); these journals are of vLLM's
+    # internal DP (EngineCore_DPn), which verify takes for the node's one engine.
+    assert row(verdict, "node1", "KV tokens EngineCore")["found"] == "no KV cache line"
+    assert row(verdict, "node2", "KV tokens EngineCore")["ok"]
 
 
 def test_ranks_on_the_wrong_nodes_are_found():

@@ -7,7 +7,8 @@ One group per target, three kinds, told apart by the label ``component`` (Promet
 in its own scrape job, ``vllm``, ``node`` or ``ray``, by that label):
 
 - ``vllm``: vLLM's ``/metrics`` on the API port (``plan['ports']['api']``) of every node that serves the
-  API (``runs_vllm`` and not ``headless``: the head; mp's other nodes are headless, Ray's run no vLLM).
+  API (``runs_vllm`` and not ``headless``: the head, mp's other nodes being headless and Ray's running no
+  vLLM; or every node of a dense model's independent DP replicas, plan ``data_parallel.mode: independent``).
 - ``node``: Prometheus's node exporter on every host the deployment was planned from
   (``plan['cluster']['nodes']``), the ranked ones and the idle ones.
 - ``ray``: the metrics agent of every node that runs ``ray start``, on the port of its
@@ -16,14 +17,15 @@ in its own scrape job, ``vllm``, ``node`` or ``ray``, by that label):
 
 Labels of every group: ``deployment``; ``node`` (the inventory host); ``role`` (``head``/``worker``, or
 ``idle`` for a host without ranks); ``rank`` (the node's global ranks, joined with ``,``); ``replica``
-(the DP ranks, joined: a node's own; the API server fronts every replica of its deployment, since
-vLLM's multi-node DP serves them all from the head; ``0`` for a plan of one replica). An idle host has
+(the DP ranks, joined: a node's own; under vLLM's multi-node DP the one API server fronts every replica of
+its deployment, since it serves them all from the head; ``0`` for a plan of one replica). An idle host has
 no ``rank`` and no ``replica``. Node exporter targets also carry ``vllm_unit``, the systemd unit the node
 runs for this deployment (its vLLM unit, Ray's worker unit on a Ray worker), which the alert on a
 stopped rank compares with node exporter's systemd collector.
 
 Each of vLLM's own series carries ``engine``, the DP rank of the engine it describes; the scrape job
-copies it into ``replica`` (prometheus.yml's metric_relabel_configs), so per-replica series say which.
+copies it into ``replica`` (prometheus.yml's metric_relabel_configs), so per-replica series say which,
+with ``node``: independent servers (a dense model's DP) number their engines from 0 each.
 """
 
 from __future__ import annotations

@@ -29,7 +29,11 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.explain impo
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.inputs import prepare
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.memory import memory_section
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.nodes import layout_nodes, rank_table
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.nodes import (
+    data_parallel,
+    layout_nodes,
+    rank_table,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.request import VLLM_VERSION, PlanRequest
 
 __all__ = ["PLAN_VERSION", "VLLM_VERSION", "PlanError", "PlanRequest", "build_plan", "coerce_text_inputs",
@@ -63,6 +67,7 @@ def plan(request):
         "pp": cand.pp,
         "dp": cand.dp,
         "ep": cand.tp * cand.dp if cand.ep_on else 1,
+        "data_parallel": data_parallel(inputs, cand),
         "enable_expert_parallel": cand.ep_on,
         "enable_eplb": inputs.eplb,
         "enforce_eager": inputs.enforce_eager,

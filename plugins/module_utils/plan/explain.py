@@ -14,6 +14,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.layout impor
     tp_rule_violation,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.memory import evaluate, summary
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.nodes import data_parallel
 
 
 def strategy(cand):
@@ -128,7 +129,13 @@ def decision(inputs, cand, ev, trace, default_missed, q2):
             f"TP={cand.tp} spans {cand.tp // cand.local} nodes because allow_tp_across_nodes is set: "
             "every TP all-reduce crosses the network."
         )
-    lines.append(inputs.mode.decision_sentence(cand.nnodes, inputs.nodes[0]["address"]))
+    if cand.dp > 1:
+        lines.append(data_parallel(inputs, cand)["why"])
+    if inputs.independent_replicas(cand):
+        lines.append(inputs.mode.decision_sentence(1, inputs.nodes[0]["address"]).replace(
+            "on one node", f"on each of the {cand.nnodes} node(s)", 1))
+    else:
+        lines.append(inputs.mode.decision_sentence(cand.nnodes, inputs.nodes[0]["address"]))
     lines.append(
         f"Plan: {strategy(cand)}, {cand.label()}, world_size {cand.world} on {cand.nnodes} node(s); per GPU "
         f"{gib(ev['weights_max'])} GiB of weights and {gib(ev['kv_bytes_min'])} GiB of KV cache: "
@@ -179,14 +186,14 @@ def _one_gpu_rule_lines(inputs, rule, cand, ev):
     if rule["short"]:
         lines.append(
             f"The model fits one GPU, so the seed's answer is DP replicas: {rule['need']} replicas of TP=1 would "
-            f"reach the default target, but the cluster places at most {dp}, which hold {total} behind vLLM's "
+            f"reach the default target, but the cluster places at most {dp}, which hold {total} behind a "
             "load balancer."
         )
     else:
         rounded = f" (rounded up from {rule['need']} so they split evenly over the nodes)" if rule["rounded"] else ""
         lines.append(
             f"The model fits one GPU, so the seed's answer is DP replicas, not a larger TP: {dp} replicas of "
-            f"TP=1{rounded} hold {total} behind vLLM's load balancer, meeting the target together."
+            f"TP=1{rounded} hold {total} behind a load balancer, meeting the target together."
         )
     return lines
 

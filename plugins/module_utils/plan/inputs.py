@@ -53,6 +53,10 @@ class Inputs:
         """MoE DP ranks share one world (attention DP + EP), dense DP replicas do not."""
         return self.spec["is_moe"] and cand.dp > 1
 
+    def independent_replicas(self, cand):
+        """Dense DP replicas inside a node each: every node runs its own ``vllm serve`` (plan/nodes.py)."""
+        return cand.dp > 1 and not self.spec["is_moe"] and not cand.ep_on and cand.r == 1
+
 
 def check_cluster(cluster):
     if not isinstance(cluster, list) or not cluster:

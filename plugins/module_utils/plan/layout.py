@@ -517,9 +517,10 @@ def scale_for_throughput(inputs, cand, ev):
     rounded = (
         f" (rounded up from {dp} so the replicas split evenly over {grown.nnodes} nodes)" if grown.dp > dp else ""
     )
+    balancer = "a load balancer" if inputs.independent_replicas(grown) else "vLLM's load balancer"
     return grown, evaluate(inputs, grown), (
         f"Q2 Is one replica fast enough? No: {inputs.throughput_need:,.0f} tok/s needed, {source}: "
-        f"{grown.dp} DP replicas{rounded} behind vLLM's load balancer."
+        f"{grown.dp} DP replicas{rounded} behind {balancer}."
     )
 
 

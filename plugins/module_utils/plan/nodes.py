@@ -3,7 +3,10 @@
 ``rank_table`` says where every rank runs and what vLLM's lines will say about
 it (verify reads it through plan/expect.py); ``layout_nodes`` renders the
 plan's ``nodes``: the launch mode decides which nodes run ``vllm serve``, which
-are headless and the executor's arguments (launch/).
+are headless and the executor's arguments (launch/). ``data_parallel`` says how
+the replicas of a DP plan run and why: a dense model's replicas are independent
+servers (each node its own ``vllm serve`` and API server, no multi-node or
+cross-node DP flags; a router fronts them), MoE keeps vLLM's DP.
 
 Pure Python, no Ansible import.
 """
@@ -40,6 +43,9 @@ def rank_table(inputs, cand):
                 name += f"_TP{tp_rank}"
             if cand.ep_on:
                 name += f"_EP{ep_rank}"
+            engine = f"EngineCore_DP{d}" if cand.dp > 1 else "EngineCore"
+            if inputs.independent_replicas(cand):  # the node's own vllm serve counts its replicas from 0
+                engine = f"EngineCore_DP{d % cand.rpn}" if cand.rpn > 1 else "EngineCore"
             rows.append(
                 {
                     "rank": d * world + w,
@@ -52,7 +58,7 @@ def rank_table(inputs, cand):
                     "tp": tp_rank,
                     "ep": ep_rank if cand.ep_on else None,
                     "process": name,
-                    "engine": f"EngineCore_DP{d}" if cand.dp > 1 else "EngineCore",
+                    "engine": engine,
                     "log_rank": d * world + w if shared else w,
                     "log_world_size": world * cand.dp if shared else world,
                     "log_dp_rank": d if shared else 0,
@@ -88,8 +94,10 @@ def serve_argv(inputs, cand, node_rank, head_address):
     if inputs.api_host is not None:
         argv += ["--host", inputs.api_host]
     argv += ["--tensor-parallel-size", str(cand.tp), "--pipeline-parallel-size", str(cand.pp)]
-    if cand.dp > 1:
-        argv += ["--data-parallel-size", str(cand.dp)]
+    independent = inputs.independent_replicas(cand)
+    local_dp = cand.rpn if independent else cand.dp  # independent servers: only the node's own replicas
+    if local_dp > 1:
+        argv += ["--data-parallel-size", str(local_dp)]
     if cand.ep_on:
         argv.append("--enable-expert-parallel")
     if inputs.eplb:
@@ -103,6 +111,8 @@ def serve_argv(inputs, cand, node_rank, head_address):
     if inputs.kv_cache_dtype != "auto":
         argv += ["--kv-cache-dtype", inputs.kv_cache_dtype]
     argv += serve_args.served_argv(inputs) + serve_args.argv(inputs)
+    if independent:  # one node is the whole server: no --nnodes, --master-addr or DP RPC between replicas
+        return argv + inputs.mode.executor_argv(1, local_dp, 0, head_address, ports)
     return argv + inputs.mode.executor_argv(cand.nnodes, cand.dp, node_rank, head_address, ports)
 
 
@@ -125,6 +135,7 @@ def node_env(inputs, node, workers):
 def layout_nodes(inputs, cand, rows):
     """The plan's ``nodes``: rank, role, ranks, GPUs, argv and env of every node the layout uses."""
     mode = inputs.mode
+    independent = inputs.independent_replicas(cand)
     used = inputs.nodes[: cand.nnodes]
     head = used[0]
     by_node = {node["name"]: [] for node in used}
@@ -144,7 +155,7 @@ def layout_nodes(inputs, cand, rows):
             # nvidia-smi's indices: on a shared machine, the node's vllm_cluster_gpu_ids (CUDA_VISIBLE_DEVICES)
             "local_gpus": sorted({ids[row["device_index"]] if ids else row["device_index"] for row in node_rows}),
             "dp_ranks": sorted({row["dp"] for row in node_rows}),
-            "headless": mode.headless(index),
+            "headless": False if independent else mode.headless(index),
             "runs_vllm": runs_vllm,
             "argv": serve_argv(inputs, cand, index, head["address"]) if runs_vllm else [],
             "env": node_env(inputs, node, len(node_rows)),
@@ -158,3 +169,33 @@ def layout_nodes(inputs, cand, rows):
         entry.update(mode.node_extras(node, head, len(entry["local_gpus"]), inputs.ports))
         result.append(entry)
     return result
+
+
+def data_parallel(inputs, cand):
+    """The plan's ``data_parallel``: how its replicas run (``mode``), its API servers and why, in one sentence.
+
+    ``independent``: a dense model's DP replicas, each node its own ``vllm serve`` with its own API server
+    (vLLM's advice for dense models: their replicas share nothing); ``replicas_per_server`` > 1 when a node
+    holds several, which its one server runs as vLLM's DP inside the node. ``vllm``: vLLM's own DP, one API
+    server on the head for every rank (MoE: its DP ranks share one world; a dense replica over several nodes).
+    ``none``: one replica.
+    """
+    if cand.dp == 1:
+        return {"mode": "none", "api_servers": 1, "replicas_per_server": 1, "why": "One replica: no data parallel."}
+    if inputs.independent_replicas(cand):
+        local = (f"; each node's {cand.rpn} replicas share its server as vLLM's DP inside the node"
+                 if cand.rpn > 1 else "")
+        return {
+            "mode": "independent", "api_servers": cand.nnodes, "replicas_per_server": cand.rpn,
+            "why": (f"Dense model: its {cand.dp} DP replicas share nothing (no expert layers to synchronise), so "
+                    f"they run as {cand.nnodes} independent vLLM server(s), one per node, each with its own API "
+                    f"server and no --nnodes, --master-addr or cross-node --data-parallel-* flags{local}; a "
+                    "router (role vllm_router) spreads requests over them, and one that fails stops no other."),
+        }
+    if inputs.spec["is_moe"]:
+        why = (f"MoE model: its {cand.dp} DP ranks share one world (expert layers run in lockstep over every DP "
+               "rank), so they stay vLLM's DP, one API server on the head for every rank.")
+    else:
+        why = (f"Dense model, but each replica spans {cand.r} nodes: its {cand.dp} replicas stay vLLM's DP "
+               "under one head (independent multi-node replicas, each with a head of its own, are not planned yet).")
+    return {"mode": "vllm", "api_servers": 1, "replicas_per_server": cand.dp, "why": why}

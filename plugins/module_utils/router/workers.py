@@ -6,7 +6,9 @@ A worker is one vLLM API server, ``http://<address>:<port>``. In a plan, a node 
 ``vllm serve`` without ``--headless`` (``runs_vllm`` and not ``headless``):
 
 - one replica (TP, PP, TP x PP over nodes): its head;
-- vLLM's DP with internal load balancing (the planner's ``dp_replicas`` and ``ep_dp`` today): one API server,
+- a dense model's DP replicas (``dp_replicas``, plan ``data_parallel.mode: independent``): every node is an
+  independent server of its own replicas, so every node is a worker;
+- vLLM's DP with internal load balancing (MoE: ``ep_dp`` and a MoE model's ``dp_replicas``): one API server,
   the head, which fronts every DP rank of the deployment; the other nodes are headless;
 - DP with hybrid load balancing (``--data-parallel-hybrid-lb``): every node serves its local ranks, so every
   node is a worker.

@@ -165,7 +165,8 @@ def _role_row(rows, plan, node, fact):
         found = f"API server on {url}" if url else "no 'Starting vLLM server' line"
         if found_headless:
             found = f"headless {found_headless[0]['kind']}"
-        rows.add(node["host"], "role", "API server (head)", found, bool(url) and not found_headless)
+        expected = "API server (head)" if node.get("role") == "head" else "API server (independent replica)"
+        rows.add(node["host"], "role", expected, found, bool(url) and not found_headless)
         return
     head = plan["nodes"][0]
     master = f"{head['address']}:{plan['ports']['master']}" if "master" in plan.get("ports", {}) else None
@@ -239,13 +240,15 @@ def _expert_rows(rows, plan, node, fact):
              expected == found)
 
 
-def _configured_row(rows, plan, head_fact):
-    configured = (head_fact or {}).get("configured") or {}
+def _configured_row(rows, plan, host, fact):
+    """The sizes one API server was given: the plan's, with independent replicas' DP counted per server."""
+    configured = (fact or {}).get("configured") or {}
     if not configured:
         return
-    want = (plan["tp"], plan["pp"], plan["dp"])
+    dp = (plan.get("data_parallel") or {}).get("replicas_per_server", plan["dp"])
+    want = (plan["tp"], plan["pp"], dp)
     got = tuple(configured.get(k, 1) for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"))
-    rows.add(plan["nodes"][0]["host"], "sizes vLLM was given", "TP={} PP={} DP={}".format(*want),
+    rows.add(host, "sizes vLLM was given", "TP={} PP={} DP={}".format(*want),
              "TP={} PP={} DP={}".format(*got), want == got)
 
 
@@ -374,7 +377,9 @@ def check(plan, observed, gpus=None, memory_tolerance=gpu_balance.DEFAULT_MEMORY
     rows.add(ALL_NODES, "every rank once" + (f" per replica (x{copies})" if copies > 1 else ""),
              _ranks_text(list(want_all.elements())), found_text, want_all == got_all)
 
-    _configured_row(rows, plan, observed.get(head["host"]))
+    independent = (plan.get("data_parallel") or {}).get("mode") == "independent"
+    for node in plan["nodes"] if independent else [head]:  # independent replicas: each server on its own
+        _configured_row(rows, plan, node["host"], observed.get(node["host"]))
     _ray_rows(rows, plan, (observed.get(head["host"]) or {}).get("ray"))
     _gpu_rows(rows, plan, gpus, memory_tolerance)
 
