@@ -91,3 +91,18 @@ def test_server_changes_say_removed_and_added_words():
     assert server_changes({"argv": ["x", "--port", "8000"]}, {"argv": ["x", "--port", "8001"]}) == [
         "argv drops 8000 adds 8001"]
     assert server_changes({"env": {"X": "1"}}, {"env": {"X": "1"}}) == []
+
+
+def test_adding_an_independent_server_scales_without_touching_the_others():
+    two = lab_plan({"tp": 1, "dp": 2})
+    steps = roll_steps(two, lab_plan(THREE))
+    assert steps["action"] == "scale" and steps["unchanged"] == ["node1", "node2"]
+    assert steps["added"] == [{"host": "node3", "url": "http://10.77.1.3:8000"}] and steps["removed"] == []
+    back = roll_steps(lab_plan(THREE), two)
+    assert back["action"] == "scale" and [s["host"] for s in back["removed"]] == ["node3"]
+
+
+def test_a_scale_and_a_change_at_once_is_refused():
+    with pytest.raises(RollError, match=r"added \(node3\) .* while the staying ones change \(node1, node2\); "
+                                        "expected one change at a time"):
+        roll_steps(lab_plan({"tp": 1, "dp": 2}), lab_plan(THREE, serve_args={"max-num-seqs": 64}))

@@ -11,6 +11,9 @@ with the new one and says what a change may do (issue 18, item 3):
   put back before the next; the others keep serving;
 - ``restart``: the layout is the same but one API server fronts the deployment (one replica, or vLLM's own DP):
   there is no other server to take its traffic, so the change restarts it, and the plan says so;
+- ``scale``: independent servers are added or removed and the others do not change: the new ones start and
+  join the router, the removed ones leave it and drain; a scale and a change of the staying servers at once is
+  refused (the seed's rule: one variable at a time);
 - a layout change (TP=2 -> TP=4, other nodes, another DP mode) cannot roll: ``RollError`` unless the run asks
   for it (``allow_layout_switch``), then ``switch``: every server stops and starts at once.
 
@@ -84,6 +87,28 @@ def server_changes(previous_node, new_node):
     return changes
 
 
+def _scale(previous, new):
+    """``(added, removed)`` hosts when only independent servers come or go, else None."""
+    if _dp_mode(previous) != "independent" or _dp_mode(new) != "independent":
+        return None
+    if any(previous.get(key) != new.get(key) for key in ("tp", "pp", "ep", "backend")):
+        return None
+    if _api_port(previous) != _api_port(new):
+        return None
+    per_server = ("replicas_per_server",)
+    if any((previous.get("data_parallel") or {}).get(key) != (new.get("data_parallel") or {}).get(key)
+           for key in per_server):
+        return None
+    before = {node.get("host"): node for node in previous.get("nodes") or []}
+    after = {node.get("host"): node for node in new.get("nodes") or []}
+    for host in set(before) & set(after):
+        if any(before[host].get(key) != after[host].get(key) for key in NODE_LAYOUT_KEYS):
+            return None
+    added = [host for host in after if host not in before]
+    removed = [host for host in before if host not in after]
+    return (added, removed) if added or removed else None
+
+
 def roll_steps(previous, new, allow_layout_switch=False):
     """``{deployment, action, why, servers: [{host, url, changes}], unchanged: [host]}`` for a change.
 
@@ -98,6 +123,26 @@ def roll_steps(previous, new, allow_layout_switch=False):
     if previous.get("deployment") not in (None, name):
         raise RollError(f"roll: the running plan is of deployment {previous.get('deployment')}, the new one of "
                         f"{name}; expected the same deployment's plans")
+    scaled = _scale(previous, new)
+    if scaled:
+        added, removed = scaled
+        staying = [node for node in new["nodes"] if node.get("host") not in added]
+        before = {node.get("host"): node for node in previous["nodes"]}
+        changing = [node.get("host") for node in staying if server_changes(before[node.get("host")], node)]
+        if changing:
+            raise RollError(
+                f"deployment {name}: servers are added ({', '.join(added) or 'none'}) or removed "
+                f"({', '.join(removed) or 'none'}) while the staying ones change ({', '.join(changing)}); expected "
+                "one change at a time: first the servers, then the change (or the change, then the servers)")
+        return {"deployment": name, "action": "scale", "servers": [], "unchanged": [n.get("host") for n in staying],
+                "added": [{"host": host, "url": node_worker(new, node)["url"]} for node in new["nodes"]
+                          for host in [node.get("host")] if host in added],
+                "removed": [{"host": host, "url": node_worker(previous, node)["url"]} for node in previous["nodes"]
+                            for host in [node.get("host")] if host in removed],
+                "why": f"{name}: independent servers {('added: ' + ', '.join(added)) if added else ''}"
+                       f"{'; ' if added and removed else ''}{('removed: ' + ', '.join(removed)) if removed else ''}"
+                       "; the others do not change and keep serving: a new server joins the router once verified, "
+                       "a removed one leaves it and drains (--shutdown-timeout) before it stops."}
     moved = layout_changes(previous, new)
     if moved:
         if not allow_layout_switch:
