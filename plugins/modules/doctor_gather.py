@@ -198,7 +198,9 @@ evidence:
         the source addresses its chain accepts before it (accepted_sources).
       type: dict
     ray:
-      description: Ray's node list from the head (nodes), or why it could not be read (error).
+      description: >-
+        Ray's node list from the head (nodes) and vLLM's Ray worker actors (actors, class RayWorkerProc),
+        or why the node list could not be read (error).
       type: dict
     vllm_unit:
       description: The unit read as C(vllm.service) (O(vllm_unit)).
@@ -532,13 +534,27 @@ class Gatherer:
             nodes = json.loads(out[start:]) if start >= 0 else []
         except ValueError:
             return {"error": "ray list nodes printed no JSON list"}
-        return {
+        found = {
             "nodes": [
                 {"node_ip": n.get("node_ip"), "state": n.get("state"), "is_head_node": n.get("is_head_node"),
                  "node_id": n.get("node_id"), "resources_total": n.get("resources_total")}
                 for n in nodes
             ]
         }
+        # vLLM's Ray workers (its RayWorkerProc actors): where the running vLLM placed its ranks.
+        out = self.run([binary, "list", "actors", "--detail", "--format", "json", "--limit", "10000",
+                        "--filter", "class_name=RayWorkerProc", "--address", address], what="ray list actors")
+        start = out.find("[") if out is not None else -1
+        try:
+            actors = json.loads(out[start:]) if start >= 0 else None
+        except ValueError:
+            actors = None
+        if isinstance(actors, list):
+            found["actors"] = [
+                {key: actor.get(key) for key in ("name", "class_name", "state", "pid", "node_id", "job_id")}
+                for actor in actors
+            ]
+        return found
 
     def plans(self):
         found = {}

@@ -237,7 +237,7 @@ def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
 # users, from the module that installs and deploys to Molecule, whose destroy ends it.
 MODULE_ORDER = ("test_lab.py", "test_faults_preflight_network.py", "test_deploy.py", "test_collection.py",
                 "test_self_healing.py", "test_fleet.py", "test_benchmark.py", "test_doctor.py", "test_hardening.py",
-                "test_runtime_ray.py", "test_ray_backend.py", "test_molecule.py")
+                "test_runtime_ray.py", "test_ray_backend.py", "test_doctor_ray.py", "test_molecule.py")
 LAST = MODULE_ORDER.index("test_molecule.py")  # Molecule's destroy ends the shared lab: nothing may follow it
 
 

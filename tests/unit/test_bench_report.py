@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import profile as bench_profile
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import report as bench_report
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import stage as bench_stage
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.report import (
     ReportError,
     build_stage_record,
@@ -65,6 +66,11 @@ def test_stage_names_follow_the_layout():
     across = build_plan("llama-3.1-8b", gpu_nodes(2, 1), {"max_model_len": 8192}, {"tp": 2},
                         allow_tp_across_nodes=True)
     assert stage_name_for(across) == "tp2-2nodes"
+    # The same layout over Ray is a stage of its own beside the mp one (issue 24).
+    over_ray = build_plan("llama-3.1-8b", gpu_nodes(2, 1), {"max_model_len": 8192}, {"tp": 2, "backend": "ray"},
+                          allow_tp_across_nodes=True)
+    assert stage_name_for(over_ray) == "tp2-2nodes-ray"
+    assert bench_stage.describe_layout(bench_stage.stage_layout(over_ray)) == "TP=2, 2 GPUs on 2 nodes over Ray"
 
 
 @pytest.mark.parametrize("name", ["", "TP1", "-tp1", "tp 1", "plan", "report", "a" * 65, "../x"])

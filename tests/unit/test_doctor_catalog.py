@@ -82,6 +82,7 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
         "gpu_held_by_foreign_process": {"gpu", "pid", "process", "memory_mib"},
         "unit_failed": {"unit", "last_error"}, "unit_stopped": {"unit"}, "unit_missing": {"unit"},
         "ray_node_not_alive": {"address", "ray_state"},
+        "ray_gpus_below_plan": {"address", "gpus", "planned_gpus", "unit", "running_gpus", "dropins"},
         "version_mismatch": {"package", "version", "expected", "versions"},
         "socket_ifname_mismatch": {"var", "value", "expected", "path"},
         "host_ip_mismatch": {"value", "expected"}, "model_missing": {"path"},

@@ -48,7 +48,7 @@ class ReportError(ValueError):
 
 
 def stage_name_for(plan: dict) -> str:
-    """A readable default stage name from the layout: tp1, tp2, tp2-2nodes, tp8-pp2-2nodes, tp2-dp4-ep8."""
+    """A readable default stage name from the layout: tp1, tp2, tp2-2nodes, tp8-pp2-2nodes, tp2-dp4-ep8, tp2-2nodes-ray."""
     layout = bench_stage.stage_layout(plan)
     name = f"tp{layout['tp']}"
     if layout["pp"] > 1:
@@ -59,6 +59,8 @@ def stage_name_for(plan: dict) -> str:
         name += f"-ep{layout['ep']}"
     if layout["nodes_used"] > 1:
         name += f"-{layout['nodes_used']}nodes"
+    if layout["backend"] == "ray":  # beside the same layout on mp (the seed's Ray path): tp2-2nodes-ray
+        name += "-ray"
     return name
 
 

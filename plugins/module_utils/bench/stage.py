@@ -74,6 +74,8 @@ def describe_layout(layout: dict) -> str:
     text = " x ".join(parts) + f", {layout['gpus']} {unit}{'s' if layout['gpus'] != 1 else ''}"
     if layout["nodes_used"] > 1:
         text += f" on {layout['nodes_used']} nodes"
+    if layout["backend"] == "ray":
+        text += " over Ray"
     return text
 
 

@@ -7,7 +7,8 @@ Two kinds of links join them, cause -> consequence:
   instances that share a node: on the same node, or one names the other's
   address (a probe of the head's port involves the head). Symptoms that any
   rank of the deployment can cause (``CLUSTER_WIDE_EFFECTS``: a placement group
-  that cannot form, a collective that times out) take their causes from every node;
+  that cannot form, a collective that times out) take their causes from every node, and
+  ``CLUSTER_WIDE_CAUSES`` (a Ray node short of GPUs) explain their effects on every node;
   a refused port (``TARGET_ONLY``) is about the node that refused, not the one that probed;
 - ``RELATIONS``, the node-aware links the catalog cannot say: the head that
   cannot start explains the workers that cannot reach it, a link down on a node
@@ -43,6 +44,10 @@ CLUSTER_WIDE_EFFECTS = (
     "gloo_connect_failed",
     "api_unanswered_from_controller",
 )
+
+# Causes about a resource every node shares: a Ray node short of GPUs starves the placement group the head's vLLM
+# asks for, so its 'explains' reach the findings of every node (vLLM's GPU-count warning on the head).
+CLUSTER_WIDE_CAUSES = ("ray_gpus_below_plan",)
 
 # Findings about the node a probe reached, not the node that probed: a refused port is the target's own state.
 TARGET_ONLY = ("head_not_listening",)
@@ -257,7 +262,8 @@ def _links(cluster, instances):
                 if (effect.key, cause.key) in node_aware:
                     continue  # a node-aware link says the opposite: it wins
                 shared = _involved(cause, book) & _involved(effect, book)
-                if cause.node is None or effect.node is None or name in CLUSTER_WIDE_EFFECTS or shared:
+                if (cause.node is None or effect.node is None or name in CLUSTER_WIDE_EFFECTS
+                        or cause.sig["id"] in CLUSTER_WIDE_CAUSES or shared):
                     links.setdefault(effect.key, {}).setdefault(
                         cause.key, {"relation": "catalog", "why": f"{cause.sig['id']} explains {name}"})
     return links

@@ -101,6 +101,10 @@ class _Context:
                     "sub_state": unit.get("SubState"),
                     "restarts": int(unit.get("NRestarts") or 0),
                 }
+                ray = node.gather.get("ray") or {}
+                if node is self.cluster.head and isinstance(ray.get("actors"), list):
+                    # vLLM's Ray workers as actors, joined with Ray's nodes: the ranks each node holds.
+                    fact["ray"] = vllm_logs.ray_placement(ray["actors"], ray.get("nodes") or [])
                 observed[node.name] = fact
             self._topology = observed
         return self._topology
@@ -285,9 +289,13 @@ def check_ray_cluster(ctx):
         return _item(FAIL, [f"ray list nodes: {error}"])
     alive = [entry for entry in listed if entry.get("state") == "ALIVE"]
     gpus = sum(float((entry.get("resources_total") or {}).get("GPU", 0)) for entry in alive)
+    planned = [node for node in ctx.cluster.nodes if (node.plan or {}).get("ray_start_argv")]
+    if planned:  # a Ray plan: its nodes and --num-gpus, whatever the units run now
+        nodes_with_ray = planned
     wanted_gpus = 0.0
     for node in nodes_with_ray:
-        value = flag_value(ctx.cluster.ray_argv(node), "--num-gpus")
+        argv = node.plan["ray_start_argv"] if planned else ctx.cluster.ray_argv(node)
+        value = flag_value(argv, "--num-gpus")
         wanted_gpus += float(value) if value else 0.0
     lines = [f"{entry.get('node_ip')}: ALIVE, GPU {(entry.get('resources_total') or {}).get('GPU', 0)}"
              for entry in alive]
@@ -295,8 +303,9 @@ def check_ray_cluster(ctx):
     if dead:
         lines.append(f"{len(dead)} earlier registration(s) not alive (a node's previous Ray session): "
                      + ", ".join(sorted({str(entry.get('node_ip')) for entry in dead})))
+    source = "the plan's" if planned else "the Ray units'"
     lines.append(f"{len(alive)} ALIVE node(s), {gpus:g} GPU(s); expected {len(nodes_with_ray)} node(s), "
-                 f"{wanted_gpus:g} GPU(s)")
+                 f"{wanted_gpus:g} GPU(s) ({source} --num-gpus)")
     ok = len(alive) == len(nodes_with_ray) and abs(gpus - wanted_gpus) < 1e-6
     return _item(PASS if ok else FAIL, lines)
 
@@ -331,7 +340,9 @@ def check_rank_layout(ctx):
     if result.get("error"):
         return _item(FAIL, [result["error"]])
     rows = [row for row in result["rows"]
-            if row["check"] in ("world_size", "ranks (rank/local)", "ranks", "assigned", "processes")]
+            if row["check"] in ("world_size", "ranks (rank/local)", "ranks", "assigned", "processes",
+                                "Ray workers (ranks)", "Ray workers (count)", "Ray workers elsewhere",
+                                "Ray workers not alive")]
     lines = [f"{row['node']}: {row['check']} expected {row['expected']}, found {row['found']}"
              f"{'' if row['ok'] else '  <- mismatch'}" for row in rows]
     lines.insert(0, f"world_size = TP x PP = {ctx.plan.get('tp')} x {ctx.plan.get('pp')} = {ctx.plan.get('world_size')}")

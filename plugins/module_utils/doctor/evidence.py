@@ -229,7 +229,8 @@ class Cluster:
         units = []
         if node.runs_vllm:
             units.append(VLLM_UNIT)
-        planned = launch.of_plan(self.plan).cluster_units_on(0 if node is self.head else 1)
+        # A node outside the plan (node3 beside a 2-node Ray plan) is no member of its Ray cluster.
+        planned = launch.of_plan(self.plan).cluster_units_on(0 if node is self.head else 1) if node.plan else []
         for unit in RAY_UNITS:
             if unit in planned or node.installed(unit):
                 units.append(unit)

@@ -16,7 +16,11 @@ from __future__ import annotations
 import re
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import VLLM_UNIT, make_hit
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
+    RAY_UNITS,
+    VLLM_UNIT,
+    make_hit,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.net import rule_ports, source_accepted
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import READY_PATTERNS
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import flag_value, is_ip
@@ -51,6 +55,46 @@ def obs_ray_node_not_alive(cluster, params):
                     address=address, ray_state=state,
                 )
             )
+    return hits
+
+
+def obs_ray_gpus_below_plan(cluster, params):
+    """ALIVE Ray nodes that registered fewer GPUs than the plan gives them (its ray_start_argv's --num-gpus).
+
+    vLLM's placement group asks for the plan's GPUs on each node, so it stays pending while one node
+    offers fewer: the node is named, with the --num-gpus its Ray unit runs and the drop-ins that set it.
+    """
+    head = cluster.head
+    listed = ((head.gather.get("ray") if head else None) or {}).get("nodes")
+    if not isinstance(listed, list):
+        return []
+    registered = {entry.get("node_ip"): (entry.get("resources_total") or {}).get("GPU", 0)
+                  for entry in listed if entry.get("state") == "ALIVE"}
+    hits = []
+    for node in cluster.nodes:
+        planned_argv = (node.plan or {}).get("ray_start_argv") or []
+        planned = flag_value(planned_argv, "--num-gpus")
+        address = flag_value(planned_argv, "--node-ip-address") or (node.plan or {}).get("address")
+        if planned is None or address not in registered:
+            continue
+        try:
+            planned_gpus, gpus = float(planned), float(registered[address] or 0)
+        except (TypeError, ValueError):
+            continue
+        if gpus >= planned_gpus:
+            continue
+        unit = next((u for u in RAY_UNITS if node.reachable and node.installed(u)), None)
+        running = flag_value(cluster.ray_argv(node), "--num-gpus") if unit else None
+        dropins = (node.unit(unit).get("DropInPaths") or "") if unit else ""
+        unit = unit or "the Ray unit"
+        hits.append(
+            make_hit(node, f"ray list nodes (on {head.name})",
+                     f"Ray node {node.name} ({address}) registered {gpus:g} GPUs; the plan gives it {planned_gpus:g}"
+                     f" ({unit} runs --num-gpus {running if running is not None else 'unknown'}"
+                     f"{'; drop-ins: ' + dropins if dropins else ''})",
+                     address=address, gpus=f"{gpus:g}", planned_gpus=f"{planned_gpus:g}", unit=unit,
+                     running_gpus=running if running is not None else "unknown",
+                     dropins=dropins or "none"))
     return hits
 
 
