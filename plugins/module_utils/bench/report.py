@@ -633,8 +633,8 @@ def plot_timelines(evaluation: dict, stages: dict, path: str) -> str | None:
     rows = []
     for judged in evaluation["stages"]:
         timelines = (stages.get(judged["stage"]) or {}).get("timelines") or {}
-        if not timelines.get("error") and any(s["points"] for series in (timelines.get("series") or {}).values()
-                                             for s in series):
+        series_lists = (timelines.get("series") or {}).values()
+        if not timelines.get("error") and any(one["points"] for series in series_lists for one in series):
             rows.append((judged, timelines))
     if not rows:
         if os.path.exists(path):

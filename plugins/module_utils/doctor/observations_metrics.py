@@ -43,14 +43,19 @@ def obs_alert_firing(cluster, params):
     if not metrics or metrics.get("error"):
         return []
     ignore = set(params.get("ignore") or [])
-    return [make_hit(alert.get("node") or None, f"Prometheus {metrics.get('url')} /api/v1/alerts",
-                     f"{alert['alertname']} ({alert.get('severity') or 'no severity'}) firing since "
-                     f"{alert.get('active_at') or '?'}" + (f" on replica {alert['replica']}" if alert.get("replica")
-                                                          else "") + (f": {alert['summary']}" if alert.get("summary")
-                                                                      else ""),
-                     alertname=alert["alertname"], severity=alert.get("severity") or "-",
-                     summary=alert.get("summary") or "-", url=metrics.get("url"))
-            for alert in metrics.get("alerts") or [] if alert.get("alertname") not in ignore]
+    hits = []
+    for alert in metrics.get("alerts") or []:
+        if alert.get("alertname") in ignore:
+            continue
+        line = f"{alert['alertname']} ({alert.get('severity') or 'no severity'}) firing since {alert.get('active_at') or '?'}"
+        if alert.get("replica"):
+            line += f" on replica {alert['replica']}"
+        if alert.get("summary"):
+            line += f": {alert['summary']}"
+        hits.append(make_hit(alert.get("node") or None, f"Prometheus {metrics.get('url')} /api/v1/alerts", line,
+                             alertname=alert["alertname"], severity=alert.get("severity") or "-",
+                             summary=alert.get("summary") or "-", url=metrics.get("url")))
+    return hits
 
 
 def obs_metrics_unreadable(cluster, params):
