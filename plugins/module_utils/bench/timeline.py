@@ -7,16 +7,19 @@ and ``replica`` copied from vLLM's ``engine``). A replica is named by its node a
 vLLM's own DP serves every engine from the head (one node, replicas 0..n-1); independent servers are
 one per node.
 
-Pure Python (3.11+); imports nothing from Ansible.
+Pure Python (3.11+); imports nothing from Ansible; matplotlib only inside ``plot_timelines``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.plotting import PALETTE, pyplot
 
 # name: (PromQL with {selector} and {rate} to fill in, unit, what it shows)
 QUERIES = {
@@ -142,3 +145,47 @@ def summary(timelines):
                 peaks.append(f"{series['node'] or '?'}/{series['replica'] or '-'} {max(inside):.3g}")
         lines.append(f"{words} ({unit}), peak per replica during the load: " + (", ".join(peaks) or "no series"))
     return lines
+
+
+def plot_timelines(stages, path):
+    """timelines.png: one row per stage with timelines, one column per query, one line per replica.
+
+    ``stages``: ``[(stage name, stage record)]`` in the report's order. None, and no file (a stale one of an
+    earlier report is removed), when no stage has any (no Prometheus named, or it answered nothing).
+    """
+    rows = []
+    for stage, record in stages:
+        timelines = record.get("timelines") or {}
+        series_lists = (timelines.get("series") or {}).values()
+        if not timelines.get("error") and any(one["points"] for series in series_lists for one in series):
+            rows.append((stage, timelines))
+    if not rows:
+        if os.path.exists(path):
+            os.remove(path)  # a stale plot of an earlier report would be read as this one's
+        return None
+    plt = pyplot()
+    names = list(QUERIES)
+    fig, axes = plt.subplots(len(rows), len(names), figsize=(3.4 * len(names), 2.6 * len(rows)), squeeze=False)
+    for row, (stage, timelines) in enumerate(rows):
+        origin = timelines["load_start"]
+        for column, name in enumerate(names):
+            axis = axes[row][column]
+            _, unit, words = QUERIES[name]
+            series = timelines["series"].get(name) or []
+            for index, one in enumerate(series):
+                if one["points"]:
+                    axis.plot([t - origin for t, _ in one["points"]], [v for _, v in one["points"]],
+                              color=PALETTE[index % len(PALETTE)], linewidth=1.2,
+                              label=f"{one['node'] or '?'} / replica {one['replica'] or '-'}")
+            axis.axvspan(0, timelines["load_end"] - origin, color="#999999", alpha=0.12, linewidth=0)
+            axis.set_title(f"{stage}: {words}" if column == 0 else words, loc="left", fontsize=8)
+            axis.set_ylabel(unit)
+            axis.set_xlabel("s from the load's start (shaded: the load)")
+            if not series:
+                axis.text(0.5, 0.5, "no series", transform=axis.transAxes, ha="center", va="center")
+        axes[row][0].legend(loc="upper left", fontsize=6, frameon=False)
+    fig.suptitle("What Prometheus saw per replica during each stage's load", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

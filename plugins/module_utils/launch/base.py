@@ -49,6 +49,10 @@ class LaunchMode:
     without_vllm = "no vllm serve"
     #: vLLM's executor supports async scheduling, on by default on CUDA (one more batch in flight).
     async_scheduling = True
+    #: The benchmark's stage name ends with it, so the same layout on two modes makes two stages ("" for mp).
+    stage_suffix = ""
+    #: Words the benchmark's layout line ends with ("" for mp).
+    layout_words = ""
 
     # ------------------------------------------------------------------ planning
 

@@ -42,6 +42,8 @@ class RayMode(LaunchMode):
     worker_processes_named = False
     without_vllm = "ray start only"
     async_scheduling = False  # vLLM 0.32's Ray executor does not support it
+    stage_suffix = "-ray"  # the seed's Ray path is a benchmark stage beside the same layout on mp: tp2-2nodes-ray
+    layout_words = " over Ray"
 
     def refuse_device(self, device, cpu_ray_support=False):
         if device == "cpu" and not cpu_ray_support:
