@@ -478,8 +478,6 @@ def _targets_section(evaluation: dict) -> list[str]:
 # ------------------------------------------------------------------ plots
 
 
-
-
 def _stage_labels(evaluation: dict) -> list[str]:
     labels = []
     for judged in evaluation["stages"]:
