@@ -321,13 +321,18 @@ def generated_plans(wanted, chat_template):
 
 
 def expected_values(plan, node):
-    """What vLLM must understand from this node's argv."""
-    multi_node = plan["backend"] == "mp" and plan["nodes_used"] > 1
+    """What vLLM must understand from this node's argv.
+
+    A dense model's DP replicas are independent servers (plan ``data_parallel.mode: independent``): each node's
+    argv is one server of its own replicas on that node alone, with nothing that joins nodes.
+    """
+    independent = (plan.get("data_parallel") or {}).get("mode") == "independent"
+    multi_node = plan["backend"] == "mp" and plan["nodes_used"] > 1 and not independent
     return {
         "model": plan["model"]["path"],
         "tensor_parallel_size": plan["tp"],
         "pipeline_parallel_size": plan["pp"],
-        "data_parallel_size": plan["dp"],
+        "data_parallel_size": plan["data_parallel"]["replicas_per_server"] if independent else plan["dp"],
         "enable_expert_parallel": plan["enable_expert_parallel"],
         "enable_eplb": plan["enable_eplb"],
         "nnodes": plan["nodes_used"] if multi_node else 1,
