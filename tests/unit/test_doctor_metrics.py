@@ -13,8 +13,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import dia
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import load_catalog_file
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
     Cluster,
-    client_from_registered,
-    evidence_from_registered,
+    evidence_from_saved,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_metrics import (
     obs_alert_firing,
@@ -30,13 +29,9 @@ SATURATED = REPO / "tests" / "fixtures" / "doctor" / "prometheus" / "kv-saturate
 
 def evidence_of(path, metrics_record=None):
     data = json.loads(path.read_text(encoding="utf-8"))
-    hosts = [{"host": h, "gather": g, "gpu": p, "ib": i}
-             for h, g, p, i in zip(data["hosts"], data["gather"], data["gpu"], data["ib"], strict=True)]
-    client = data.get("client") or {}
-    evidence = evidence_from_registered(data["plan"], hosts,
-                                        client_from_registered(client.get("url"), client.get("results")))
-    evidence["metrics"] = data.get("metrics") if metrics_record is None else metrics_record
-    return evidence
+    if metrics_record is not None:
+        data["metrics"] = metrics_record
+    return evidence_from_saved(data)
 
 
 def closed_port():

@@ -19,10 +19,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import checklist, diagnosis
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
-    client_from_registered,
-    evidence_from_registered,
-)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import evidence_from_saved
 from test_doctor_public_logs import CATALOG, healthy_cluster, ids, with_log
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,12 +67,8 @@ def test_a_dead_ray_node_is_missing_not_short_of_gpus():
 
 
 def captured(case):
-    data = json.loads((RAY_CAPTURES / case / "doctor-evidence.json").read_text(encoding="utf-8"))
-    hosts = [{"host": h, "gather": g, "gpu": p, "ib": i}
-             for h, g, p, i in zip(data["hosts"], data["gather"], data["gpu"], data["ib"], strict=True)]
-    client = data.get("client") or {}
-    return evidence_from_registered(data["plan"], hosts, client_from_registered(client.get("url"),
-                                                                                client.get("results")))
+    saved = RAY_CAPTURES / case / "doctor-evidence.json"
+    return evidence_from_saved(json.loads(saved.read_text(encoding="utf-8")))
 
 
 def replay(case):

@@ -14,10 +14,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import diagnosis
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import load_catalog_file
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
-    client_from_registered,
-    evidence_from_registered,
-)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import evidence_from_saved
 
 REPO = Path(__file__).resolve().parents[2]
 UNSEEN = REPO / "tests" / "fixtures" / "doctor" / "unseen"
@@ -27,11 +24,7 @@ CASES = sorted(path.name for path in UNSEEN.iterdir() if (path / "expected.json"
 
 def diagnose(case):
     data = json.loads((UNSEEN / case / "doctor-evidence.json").read_text(encoding="utf-8"))
-    hosts = [{"host": h, "gather": g, "gpu": p, "ib": i}
-             for h, g, p, i in zip(data["hosts"], data["gather"], data["gpu"], data["ib"], strict=True)]
-    client = data.get("client") or {}
-    return diagnosis.diagnose(CATALOG, evidence_from_registered(
-        data["plan"], hosts, client_from_registered(client.get("url"), client.get("results"))))
+    return diagnosis.diagnose(CATALOG, evidence_from_saved(data))
 
 
 def test_the_healthy_lab_deployment_captured_before_the_faults_has_no_fault():

@@ -199,6 +199,25 @@ class Node:
         return self.gather.get("expected") or {}
 
 
+def saved_hosts(data):
+    """``[{host, gather, gpu, ib}]`` of a saved evidence file (``hosts`` names, one entry per node in the others)."""
+    names = data.get("hosts") or []
+    lists = [data.get(key) or [{}] * len(names) for key in ("gather", "gpu", "ib")]
+    if any(len(values) != len(names) for values in lists):
+        raise ValueError("evidence: hosts, gather, gpu and ib must have one entry per node")
+    return [{"host": n, "gather": g, "gpu": p, "ib": i} for n, g, p, i in zip(names, *lists, strict=True)]
+
+
+def evidence_from_saved(data):
+    """The evidence dict from a saved doctor-evidence.json (what roles/doctor/tasks/diagnose.yml writes, with
+    ``metrics`` when Prometheus was read): the doctor's CLI and every replay of a capture read it here."""
+    client = data.get("client") or {}
+    evidence = evidence_from_registered(data.get("plan"), saved_hosts(data),
+                                        client_from_registered(client.get("url"), client.get("results")))
+    evidence["metrics"] = data.get("metrics") or {}
+    return evidence
+
+
 class Cluster:
     """The plan plus every node, with the derived views observations share."""
 

@@ -38,12 +38,11 @@ def _collection_imports():
     raise SystemExit(f"{__file__}: not inside an ansible_collections/ tree; run it from the installed collection")
 
 
-def _hosts(data):
-    names = data.get("hosts") or []
-    lists = [data.get(key) or [{}] * len(names) for key in ("gather", "gpu", "ib")]
-    if any(len(values) != len(names) for values in lists):
-        raise SystemExit("evidence: hosts, gather, gpu and ib must have one entry per node")
-    return [{"host": n, "gather": g, "gpu": p, "ib": i} for n, g, p, i in zip(names, *lists, strict=True)]
+def _evidence(reader, data):
+    try:
+        return reader(data)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
 
 
 def _write(path, text):
@@ -55,10 +54,7 @@ def _write(path, text):
 def diagnose(args):
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import diagnosis
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import load_catalog_file
-    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
-        client_from_registered,
-        evidence_from_registered,
-    )
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import evidence_from_saved
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.report import (
         render_markdown,
         render_report,
@@ -73,11 +69,7 @@ def diagnose(args):
         data["metrics"] = metrics.gather(args.prometheus, (data.get("plan") or {}).get("deployment"),
                                          args.prometheus_lookback)
         _write(args.evidence, json.dumps(data) + "\n")
-    client = data.get("client") or {}
-    evidence = evidence_from_registered(
-        data.get("plan"), _hosts(data), client_from_registered(client.get("url"), client.get("results")))
-    evidence["metrics"] = data.get("metrics") or {}
-    report = diagnosis.diagnose(catalog, evidence)
+    report = diagnosis.diagnose(catalog, _evidence(evidence_from_saved, data))
     report["plan_source"] = data.get("plan_source") or {}
     _write(args.markdown, render_markdown(report))
     _write(args.json, json.dumps(report, indent=2) + "\n")
@@ -97,11 +89,12 @@ def checklist(args):
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import checklist as seed_checklist
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
         evidence_from_registered,
+        saved_hosts,
     )
 
     with open(args.evidence, encoding="utf-8") as handle:
         data = json.load(handle)
-    evidence = evidence_from_registered(data.get("plan"), _hosts(data))
+    evidence = evidence_from_registered(data.get("plan"), _evidence(saved_hosts, data))
     evidence["results"] = seed_checklist.read_results(args.results) if args.results else {}
     report = seed_checklist.evaluate(evidence)
     _write(args.markdown, seed_checklist.render_markdown(report))
