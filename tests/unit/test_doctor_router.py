@@ -137,7 +137,8 @@ def test_a_removed_worker_is_router_worker_missing_first_with_the_add_worker_fix
     report = diagnose(only_router("removed"))
     top = report["findings"][0]
     assert top["id"] == "router_worker_missing" and top["nodes"] == ["node2"]
-    assert "http://10.77.1.2:8000" in top["title"] and "router1" in top["title"]
+    assert "router1" in top["title"] and "node2" in top["title"]
+    assert "http://10.77.1.2:8000 (node2) is not listed" in top["evidence"][0]["line"]
     assert "POST 'http://127.0.0.1:8080/add_worker?url=http://10.77.1.2:8000'" in top["fix"]
     assert "playbooks/router.yml" in top["fix"]
     assert [f["id"] for f in router_findings(report)] == ["router_worker_missing"]

@@ -87,7 +87,8 @@ def obs_router_worker_unhealthy(cluster, params):
             health = (view["metrics"].get("health") or {}).get(worker["url"])
             line = (f"{view['host']} lists {worker['url']} ({worker['host']}) with is_healthy false"
                     + (f", vllm_router_worker_health {health:.0f}" if health is not None else "")
-                    + (f", {state['processed']} request(s) processed" if state["processed"] is not None else ""))
+                    + (f", {state['processed']} request(s) processed" if state["processed"] is not None else "")
+                    + f"; {why}")
             hits.append(make_hit(worker["host"], f"router {view['host']} /workers", line,
                                  router=view["host"], router_url=view.get("url") or "?", worker_url=worker["url"],
                                  worker_host=worker["host"], vllm_state=vllm, suspect=suspect))
