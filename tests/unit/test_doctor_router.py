@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import diagnosis
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import load_catalog_file
@@ -308,3 +309,22 @@ def test_the_router_hits_carry_the_values_the_catalog_names():
     assert hit["values"]["vllm_state"] == "unknown"
     (hit,) = OBSERVATIONS["router_unreachable"](refused, {})
     assert hit["values"] == {"router": ROUTER, "router_url": ROUTER_URL, "error": "refused"} and hit["node"] == ROUTER
+
+
+@pytest.mark.parametrize(("case", "cause_id", "follows", "says"), [
+    # node1's vLLM active but not listening (weights gone): the node's own fault explains the mark.
+    ("weights_missing", "model_weights_missing", True, "nothing listens on port 8000 on node1"),
+    # node2, a headless rank of the replica node1 serves, stopped: a rank of another node, ranked first, no link
+    # (the catalog's explains join findings of one node); the cause names node2.
+    ("worker_unit_stopped", "vllm_unit_stopped", False, "vllm.service on node2 is failed (failed) (a rank of the "
+                                                         "replica node1 serves)"),
+])
+def test_the_lab_s_dead_vllm_ranks_above_the_router_s_mark_and_the_cause_says_why(case, cause_id, follows, says):
+    # Fails if the router's mark outranked the node's fault, lost the link where one node holds both, or judged
+    # the replica up while one of its ranks is down.
+    report = diagnose(with_lab_nodes(case, "killed"))
+    ids = [f["id"] for f in report["findings"]]
+    assert ids[0] == cause_id and ids.index("router_worker_unhealthy") > 0
+    unhealthy = next(f for f in report["findings"] if f["id"] == "router_worker_unhealthy")
+    assert (cause_id in unhealthy["explained_by"]) is follows
+    assert says in unhealthy["cause"] and "because its vLLM is down" in unhealthy["cause"]

@@ -22,8 +22,28 @@ def _port(url):
     return int(url.rsplit(":", 1)[1]) if url and url.rsplit(":", 1)[-1].isdigit() else None
 
 
+def _replica_nodes(cluster, host):
+    """The planned nodes whose vLLM the worker on ``host`` needs: itself, and when it is the deployment's one API
+    server (TP/PP over nodes, vLLM's internal DP), every other node that runs vLLM (its headless ranks)."""
+    nodes = cluster.plan.get("nodes") or []
+    servers = [n for n in nodes if n.get("runs_vllm") and not n.get("headless")]
+    ranks = [n.get("host") for n in nodes if n.get("runs_vllm") and n.get("host") != host]
+    return [host] + (ranks if len(servers) == 1 else [])
+
+
 def node_vllm_state(cluster, host, url):
-    """``(state, why)`` of the vLLM behind a worker, from the node's own evidence: up, down or unknown."""
+    """``(state, why)`` of the vLLM behind a worker, from the nodes' own evidence: up, down or unknown. Down when
+    the worker's node or a node of its other ranks shows its vLLM down (the API server cannot serve without them)."""
+    state, why = _one_node_vllm_state(cluster, host, url)
+    if state != "down":
+        for other in _replica_nodes(cluster, host)[1:]:
+            other_state, other_why = _one_node_vllm_state(cluster, other, None)
+            if other_state == "down":
+                return "down", f"{other_why} (a rank of the replica {host} serves)"
+    return state, why
+
+
+def _one_node_vllm_state(cluster, host, url):
     node = next((n for n in cluster.nodes if n.name == host), None)
     if node is None or not node.gather and node.reachable:
         return "unknown", f"the doctor has no evidence of {host}'s own vLLM"
@@ -38,7 +58,7 @@ def node_vllm_state(cluster, host, url):
     port = _port(url)
     if port is not None and not any(sock.get("port") == port for sock in node.gather.get("listening") or []):
         return "down", f"nothing listens on port {port} on {host} although {VLLM_UNIT} is active"
-    return "up", f"{VLLM_UNIT} on {host} is active and listens on port {port}"
+    return "up", f"{VLLM_UNIT} on {host} is active" + (f" and listens on port {port}" if port is not None else "")
 
 
 def _routers(cluster):
