@@ -104,6 +104,10 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
         # What Prometheus knows (issue 19, item 5; test_doctor_metrics.py checks these are the values the hits carry)
         "kv_saturated": {"replica", "moments", "kv_pct", "waiting", "lookback", "kv_full_pct", "url"},
         "alert_firing": {"alertname", "severity", "summary", "url"}, "metrics_unreadable": {"url", "error"},
+        # The router's view (issue 18, item 4; test_doctor_router.py checks the values the hits carry)
+        "router_unreachable": {"router", "router_url", "error"},
+        "router_worker_missing": {"router", "router_url", "worker_url", "worker_host", "listed"},
+        "router_worker_unhealthy": {"router", "router_url", "worker_url", "worker_host", "vllm_state", "suspect"},
     }
     assert set(observation_values) == set(OBSERVATIONS)
     for sig in CATALOG["signatures"]:

@@ -13,6 +13,7 @@ Pure Python 3.11, no Ansible import.
 from __future__ import annotations
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.router_view import routers_from_saved
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_exec_start
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import flag_value
 
@@ -210,11 +211,13 @@ def saved_hosts(data):
 
 def evidence_from_saved(data):
     """The evidence dict from a saved doctor-evidence.json (what roles/doctor/tasks/diagnose.yml writes, with
-    ``metrics`` when Prometheus was read): the doctor's CLI and every replay of a capture read it here."""
+    ``metrics`` when Prometheus was read, ``routers`` when the inventory has router hosts): the doctor's CLI and
+    every replay of a capture read it here."""
     client = data.get("client") or {}
     evidence = evidence_from_registered(data.get("plan"), saved_hosts(data),
                                         client_from_registered(client.get("url"), client.get("results")))
     evidence["metrics"] = data.get("metrics") or {}
+    evidence["routers"] = routers_from_saved(data.get("routers"))
     return evidence
 
 
@@ -232,6 +235,8 @@ class Cluster:
         self.client = evidence.get("client") or {}
         # What Prometheus knows of the deployment (metrics.gather); {} when no Prometheus was named.
         self.metrics = evidence.get("metrics") or {}
+        # Each router host's view of its workers (router_view.routers_from_saved); [] without router hosts.
+        self.routers = evidence.get("routers") or []
 
     def reachable_nodes(self):
         return [node for node in self.nodes if node.reachable]

@@ -11,8 +11,8 @@ To add one, write it in ``observations_node.py`` (what a node shows on its
 own), ``observations_network.py`` (what lies between nodes) or
 ``observations_config.py`` (a gathered fact compared with the plan or the
 other nodes: drop-ins, limits, process states, access, disk, the API key),
-``observations_metrics.py`` (what Prometheus knows: trends, alerts) and
-name it here.
+``observations_metrics.py`` (what Prometheus knows: trends, alerts),
+``observations_router.py`` (the router's view of its workers) and name it here.
 
 Pure Python 3.11, no Ansible import.
 """
@@ -67,6 +67,11 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observatio
     obs_unit_stopped,
     obs_version_mismatch,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_router import (
+    obs_router_unreachable,
+    obs_router_worker_missing,
+    obs_router_worker_unhealthy,
+)
 
 OBSERVATIONS = {
     "node_unreachable": obs_node_unreachable,
@@ -111,4 +116,8 @@ OBSERVATIONS = {
     "kv_saturated": obs_kv_saturated,
     "alert_firing": obs_alert_firing,
     "metrics_unreadable": obs_metrics_unreadable,
+    # The router's view of each worker (issue 18, item 4)
+    "router_unreachable": obs_router_unreachable,
+    "router_worker_missing": obs_router_worker_missing,
+    "router_worker_unhealthy": obs_router_worker_unhealthy,
 }

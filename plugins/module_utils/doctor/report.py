@@ -22,6 +22,36 @@ def _change_lines(report):
     return lines
 
 
+def _yes_no(value):
+    return "-" if value is None else ("yes" if value else "no")
+
+
+def router_view_rows(report):
+    """The router's view, one row per router host and planned worker: [router, worker, node, listed, healthy,
+    requests processed]; a router that did not answer is one row with its error."""
+    rows = []
+    for row in report.get("router_view") or []:
+        if row.get("error"):
+            rows.append([row["router"], "-", "-", "no answer", "-", row["error"]])
+            continue
+        processed = "-" if row.get("processed") is None else str(row["processed"])
+        rows.append([row["router"], row["worker"], row["host"], _yes_no(row["listed"]), _yes_no(row["healthy"]),
+                     processed])
+    return rows
+
+
+ROUTER_VIEW_HEADER = ["router", "worker", "node", "listed", "healthy", "requests processed"]
+
+
+def _router_lines(report):
+    rows = router_view_rows(report)
+    if not rows:
+        return []
+    return ["", "The router's view of the planned workers (router, worker, node: listed, healthy, requests processed):"] + [
+        f"  {r[0]}: {r[1]} ({r[2]}): listed {r[3]}, healthy {r[4]}, processed {r[5]}" if r[3] != "no answer"
+        else f"  {r[0]}: no answer: {r[5]}" for r in rows]
+
+
 def _plan_lines(report):
     """Where the plan came from (the nodes' plan.json or the inventory) and how the inventory's differs."""
     source = report.get("plan_source") or {}
@@ -74,6 +104,7 @@ def render_report(report, evidence_lines=MAX_EVIDENCE_PER_FINDING):
     if changed:
         changed = ["", "What the last deploy changed (each node's plan.previous.json against its plan.json):"] + [
             "  " + line for line in changed]
+    changed = _router_lines(report) + changed
     if not report["findings"]:
         lines.append("No fault found: every signature was checked against every node's units, journals, ports, "
                      "env files, NICs, Ray state and facts.")
@@ -114,6 +145,12 @@ def render_markdown(report):
         changed = ["", "## What the last deploy changed", "",
                    "Each node's `plan.previous.json` against its `plan.json` (kept by vllm_service):", "", "```",
                    *changed, "```"]
+    routed = router_view_rows(report)
+    if routed:
+        changed = ["", "## The router's view", "", "Each router host's `/list_workers`, `/workers` and metrics, read on "
+                   "that host, for every planned worker of the deployment:", "",
+                   "| " + " | ".join(ROUTER_VIEW_HEADER) + " |", "|" + " --- |" * len(ROUTER_VIEW_HEADER),
+                   *["| " + " | ".join(row) + " |" for row in routed]] + changed
     if not report["findings"]:
         out += ["", "No fault found."]
         return "\n".join(out + changed) + "\n"
