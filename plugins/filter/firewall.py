@@ -7,15 +7,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.render import nft_policy
-
-
-def _planned_address(host, hostvars):
-    """The host's address in its own plan (a node of some deployment), or None."""
-    plan = hostvars[host].get("vllm_cluster_plan") if host in hostvars else None
-    for node in ((plan or {}).get("cluster") or {}).get("nodes") or []:
-        if node.get("name") == host:
-            return node.get("address")
-    return None
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.router.front import inventory_address
 
 
 def firewall_trusted_addresses(groups, hostvars, group_names, plan):
@@ -25,8 +17,7 @@ def firewall_trusted_addresses(groups, hostvars, group_names, plan):
     for group in names:
         for host in groups.get(group) or []:
             if host not in members:
-                own = hostvars[host].get("vllm_cluster_fabric_address") if host in hostvars else None
-                members[host] = own or _planned_address(host, hostvars)
+                members[host] = inventory_address(host, hostvars[host] if host in hostvars else {})
     cluster = [node.get("name") for node in ((plan or {}).get("cluster") or {}).get("nodes") or []]
     cluster += [node.get("host") for node in (plan or {}).get("nodes") or []]
     try:
