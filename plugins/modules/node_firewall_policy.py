@@ -65,6 +65,19 @@ options:
     type: list
     elements: str
     default: []
+  client_ports:
+    description:
+      - Ports open like the API port, to O(api_cidrs) and the cluster (the router's client port on a router host).
+      - A client port that is also an API port, or falls inside a protected range, is refused.
+    type: list
+    elements: int
+    default: []
+  api_from_cidrs:
+    description:
+      - Whether O(api_cidrs) reach the vLLM API ports. V(false) keeps them to the cluster's own addresses (the
+        router's hosts among them, see O(extra_cluster_addresses)), and clients go through the router.
+    type: bool
+    default: true
 notes:
   - Only reads its arguments; check mode gives the same answer.
 extends_documentation_fragment:
@@ -137,6 +150,17 @@ api_cidrs:
   returned: success
   type: list
   sample: ["10.0.0.0/8"]
+api_from_cidrs:
+  description: Whether the API CIDRs reach the vLLM API ports (false - the cluster and the router's hosts only).
+  returned: success
+  type: bool
+  sample: true
+client_ports:
+  description: Ports open like the API (the router's client port on a router host).
+  returned: success
+  type: list
+  elements: int
+  sample: [8080]
 cluster_addresses:
   description: The addresses treated as the cluster's own nodes.
   returned: success
@@ -168,6 +192,8 @@ def main():
             "ephemeral_range": {"type": "list", "elements": "int", "default": [32768, 60999]},
             "extra_protected_ports": {"type": "list", "elements": "str", "default": []},
             "extra_cluster_addresses": {"type": "list", "elements": "str", "default": []},
+            "client_ports": {"type": "list", "elements": "int", "default": []},
+            "api_from_cidrs": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
@@ -177,7 +203,8 @@ def main():
             table=params["table"], plan=params["plan"], api_cidrs=params["api_cidrs"], scope=params["scope"],
             include_ray_defaults=params["include_ray_defaults"], ephemeral_range=params["ephemeral_range"],
             extra_protected_ports=params["extra_protected_ports"],
-            extra_cluster_addresses=params["extra_cluster_addresses"], machine_plans=params["machine_plans"])
+            extra_cluster_addresses=params["extra_cluster_addresses"], machine_plans=params["machine_plans"],
+            client_ports=params["client_ports"], api_from_cidrs=params["api_from_cidrs"])
     except FirewallError as error:
         module.fail_json(msg=f"node_firewall_policy: {error}")
     module.exit_json(changed=False, **policy)

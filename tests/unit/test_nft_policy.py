@@ -13,6 +13,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.render.nft_policy
     protected_spans,
     render_ruleset,
     split_networks,
+    trusted_addresses,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -197,3 +198,96 @@ def test_an_api_port_inside_a_machine_mates_protected_range_is_refused():
     with pytest.raises(FirewallError, match=r"the API port 29511 falls inside a protected port range of a "
                                             r"deployment on this machine"):
         build_policy(table="vllm_cluster", plan=SHARED_PLAN, api_cidrs=[], machine_plans=[inside])
+
+
+def test_router_client_port_opens_like_the_api_and_observability_ports_stay_inside(tmp_path):
+    # node1 of the lab as router and monitor: node exporter, the router's metrics and Prometheus kept inside.
+    policy = build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=["192.0.2.0/24"], client_ports=[8080],
+                          extra_protected_ports=["9100", "29000", "9090"])
+    text = policy["ruleset"]
+    assert policy["client_ports"] == [8080] and policy["api_from_cidrs"] is True
+    assert "tcp dport 8080 ip saddr @api_v4 accept" in text
+    assert 'tcp dport 8080 counter drop comment "router from outside the allowed CIDRs"' in text
+    assert "tcp dport 8000 ip saddr @api_v4 accept" in text
+    assert {"9090", "9100", "29000"} <= set(policy["protected_ports"])
+    assert nft_check(text, tmp_path).returncode == 0, nft_check(text, tmp_path).stderr
+
+
+def test_api_from_the_router_only_drops_client_cidrs_on_the_vllm_port(tmp_path):
+    policy = build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=["192.0.2.0/24"], client_ports=[8080],
+                          api_from_cidrs=False, extra_cluster_addresses=["10.232.2.50"])
+    text = policy["ruleset"]
+    assert "tcp dport 8000 ip saddr @api_v4 accept" not in text  # clients no longer reach vLLM directly
+    assert "tcp dport 8000 ip saddr @cluster_v4 accept" in text
+    assert 'tcp dport 8000 counter drop comment "vLLM API from outside the cluster"' in text
+    assert "tcp dport 8080 ip saddr @api_v4 accept" in text  # ... but they reach the router
+    assert "10.232.2.50" in policy["cluster_addresses"]
+    assert nft_check(text, tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"client_ports": [8000]}, "client port 8000 is also a vLLM API port"),
+    ({"client_ports": [29501]}, r"the client port 29501 \(the router's\) falls inside a protected port range"),
+    ({"client_ports": [0]}, r"port client=0: expected 1-65535"),
+])
+def test_bad_client_ports_are_refused_by_value(kwargs, message):
+    with pytest.raises(FirewallError, match=message):
+        build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=[], **kwargs)
+
+
+def test_trusted_addresses_are_the_router_and_monitor_hosts_outside_the_cluster():
+    members = {"node1": "10.232.2.11", "router1": "10.232.2.50", "mon1": "10.232.2.60", "again": "10.232.2.50"}
+    assert trusted_addresses(members, ["node1", "node2"]) == ["10.232.2.50", "10.232.2.60"]
+    with pytest.raises(FirewallError, match=r"host mon1 \(in group vllm_monitor\) is not a node of the deployment "
+                                            r"and has no vllm_cluster_fabric_address"):
+        trusted_addresses({"mon1": None}, ["node1"], "group vllm_monitor")
+    with pytest.raises(FirewallError, match="vllm_cluster_fabric_address of mon1: 'mon1.example' is not an IP"):
+        trusted_addresses({"mon1": "mon1.example"}, ["node1"])
+
+
+def test_the_filter_finds_a_router_of_another_deployment_by_its_own_plan():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.vllm_ops.cluster.plugins.filter.firewall import firewall_trusted_addresses
+
+    # A fleet: the router on node1 (deployment a), deployment b on node4 and node5; the monitor outside vllm_nodes.
+    plan_a = {"deployment": "a", "nodes": [{"host": "node1"}],
+              "cluster": {"nodes": [{"name": "node1", "address": "10.0.0.1"}]}}
+    plan_b = {"deployment": "b", "nodes": [{"host": "node4"}, {"host": "node5"}],
+              "cluster": {"nodes": [{"name": "node4", "address": "10.0.0.4"}, {"name": "node5", "address": "10.0.0.5"}]}}
+    groups = {"vllm_router": ["node1"], "vllm_monitor": ["mon"]}
+    hostvars = {"node1": {"vllm_cluster_plan": plan_a}, "node4": {"vllm_cluster_plan": plan_b},
+                "mon": {"vllm_cluster_fabric_address": "10.0.0.9"}}
+    assert firewall_trusted_addresses(groups, hostvars, ["vllm_router", "vllm_monitor"], plan_b) == [
+        "10.0.0.1", "10.0.0.9"]
+    # For deployment a, node1 is its own node: only the monitor is added; a missing group is empty.
+    assert firewall_trusted_addresses(groups, hostvars, ["vllm_router", "vllm_monitor", "absent"], plan_a) == [
+        "10.0.0.9"]
+    del hostvars["mon"]["vllm_cluster_fabric_address"]
+    with pytest.raises(AnsibleFilterError, match=r"host mon \(in group vllm_router and group vllm_monitor\)"):
+        firewall_trusted_addresses(groups, hostvars, ["vllm_router", "vllm_monitor"], plan_b)
+
+
+def test_the_firewalls_port_defaults_are_the_other_roles_defaults():
+    """node_firewall follows vllm_router's and vllm_monitoring's ports; its fallbacks must be their defaults."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    roles = Path(__file__).resolve().parents[2] / "collections/ansible_collections/vllm_ops/cluster/roles"
+
+    def defaults(role):
+        return yaml.safe_load((roles / role / "defaults" / "main.yml").read_text())
+
+    firewall = {**defaults("vllm_router"), **defaults("vllm_monitoring")}
+    mine = defaults("node_firewall")
+    pairs = {"node_firewall_node_exporter_port": "vllm_monitoring_node_exporter_port",
+             "node_firewall_prometheus_port": "vllm_monitoring_port",
+             "node_firewall_router_port": "vllm_router_port",
+             "node_firewall_router_metrics_port": "vllm_router_prometheus_port",
+             "node_firewall_router_group": "vllm_router_hosts",
+             "node_firewall_monitor_group": "vllm_monitoring_hosts"}
+    for name, theirs in pairs.items():
+        found = re.fullmatch(r"\{\{ (\w+) \| default\('?([\w]+)'?\) \}\}", mine[name])
+        assert found, f"{name}: {mine[name]!r} does not follow another role's variable"
+        assert found.group(1) == theirs and found.group(2) == str(firewall[theirs]), (name, mine[name], firewall[theirs])

@@ -7,8 +7,11 @@ firewall: its chain has policy accept, so SSH and the operator's own services ar
 left alone. Inside it, in this order:
 
 1. replies to connections the node opened (conntrack) and loopback pass;
-2. the public API port passes from the configured CIDRs and from the cluster's
-   nodes, and is dropped for everyone else;
+2. the public ports pass from the configured CIDRs and from the cluster's
+   nodes, and are dropped for everyone else: the vLLM API port, and the
+   client ports (the router's, on a router host). With ``api_from_cidrs``
+   false the vLLM API port passes from the cluster's nodes only (clients go
+   through the router, whose hosts are among the trusted addresses);
 3. every packet from a cluster node passes (NCCL, Gloo and vLLM's ZMQ/DP traffic
    also use ephemeral ports that no plan can list);
 4. the protected ports (the plan's master/dp_rpc ports, every Ray port and the
@@ -19,7 +22,9 @@ plan was made for, plan['cluster']['nodes'] (the hosts of vllm_nodes, with their
 fabric addresses): the network stage proves all-pairs reachability between them
 and a re-plan may put any of them to work. `plan` is only the nodes that run
 ranks, plan['nodes'] (tighter; a host of vllm_nodes that the plan leaves out,
-the lab's node3, is then outside like the controller).
+the lab's node3, is then outside like the controller). The router and monitor
+hosts outside vllm_nodes join them (``trusted_addresses``): the router reaches
+the API ports, Prometheus scrapes node exporter, Ray and vLLM.
 """
 from __future__ import annotations
 
@@ -130,11 +135,25 @@ def _set(name: str, kind: str, elements: list[str]) -> list[str]:
     return lines
 
 
+def _public_port_rules(port: int, *, from_cidrs: bool, what: str) -> list[str]:
+    """Accept a public port from the client CIDRs (when ``from_cidrs``) and the cluster; drop it for the rest."""
+    clients = [f"    tcp dport {port} ip saddr @api_v4 accept",
+               f"    tcp dport {port} ip6 saddr @api_v6 accept"] if from_cidrs else []
+    return clients + [
+        f"    tcp dport {port} ip saddr @cluster_v4 accept",
+        f"    tcp dport {port} ip6 saddr @cluster_v6 accept",
+        f'    tcp dport {port} counter drop comment "{what}"',
+    ]
+
+
 def render_ruleset(*, table: str, cluster_addresses: list, api_port: int | list, api_cidrs: list,
-                   protected: list[tuple[int, int]], comment: str = "") -> str:
+                   protected: list[tuple[int, int]], comment: str = "", client_ports: list | None = None,
+                   api_from_cidrs: bool = True) -> str:
     """The nftables script: replaces the whole table atomically when loaded with `nft -f`.
 
     ``api_port`` is one port, or a list of them (the deployments that share a machine): each gets the same rules.
+    ``client_ports`` (the router's) are open to ``api_cidrs`` and the cluster; the API ports too, unless
+    ``api_from_cidrs`` is false: then only the cluster (the router's hosts among it) reaches them.
     """
     if not TABLE_NAME_RE.match(table or ""):
         raise FirewallError(f"table name {table!r}: expected a letter then up to 31 letters, digits or _")
@@ -160,13 +179,12 @@ def render_ruleset(*, table: str, cluster_addresses: list, api_port: int | list,
         '    iif "lo" accept',
     ]
     for port in api_ports:
-        lines += [
-            f"    tcp dport {port} ip saddr @api_v4 accept",
-            f"    tcp dport {port} ip6 saddr @api_v6 accept",
-            f"    tcp dport {port} ip saddr @cluster_v4 accept",
-            f"    tcp dport {port} ip6 saddr @cluster_v6 accept",
-            f'    tcp dport {port} counter drop comment "vLLM API from outside the allowed CIDRs"',
-        ]
+        lines += _public_port_rules(port, from_cidrs=api_from_cidrs, what=(
+            "vLLM API from outside the allowed CIDRs" if api_from_cidrs else "vLLM API from outside the cluster"))
+    for port in [_port("client", port) for port in client_ports or []]:
+        if port in api_ports:
+            raise FirewallError(f"client port {port} is also a vLLM API port on this machine; expected another port")
+        lines += _public_port_rules(port, from_cidrs=True, what="router from outside the allowed CIDRs")
     lines += [
         "    ip saddr @cluster_v4 accept",
         "    ip6 saddr @cluster_v6 accept",
@@ -178,6 +196,28 @@ def render_ruleset(*, table: str, cluster_addresses: list, api_port: int | list,
 
 
 SCOPES = ("deployment", "plan")
+
+
+def trusted_addresses(members: dict, cluster_names: list, groups_text: str = "the router and monitor groups") -> list:
+    """The addresses of the router and monitor hosts that are not the cluster's nodes, to trust like them.
+
+    ``members``: host -> its fabric address (``vllm_cluster_fabric_address``) or None; ``cluster_names``: the
+    cluster's nodes, already trusted by their planned address. A host outside them without an address is refused:
+    its traffic would be dropped (the router could not reach the API, Prometheus could not scrape).
+    """
+    found: list[str] = []
+    for host, address in members.items():
+        if host in cluster_names:
+            continue
+        if not address:
+            raise FirewallError(
+                f"host {host} (in {groups_text}) is not a node of the deployment and has no vllm_cluster_fabric_address;"
+                " expected its address on the cluster network, so that the nodes' firewall lets it reach the API "
+                "and metrics ports (or add it to node_firewall_extra_cluster_addresses)")
+        split_networks([address], f"vllm_cluster_fabric_address of {host}")
+        if str(address) not in found:
+            found.append(str(address))
+    return found
 
 
 def cluster_nodes(plan: dict, scope: str) -> list[dict]:
@@ -196,12 +236,15 @@ def build_policy(*, table: str, plan: dict, api_cidrs: list, scope: str = "deplo
                  include_ray_defaults: bool = True,
                  ephemeral_range: list | tuple | None = DEFAULT_EPHEMERAL_RANGE,
                  extra_protected_ports: list | None = None, extra_cluster_addresses: list | None = None,
-                 machine_plans: list | None = None) -> dict:
+                 machine_plans: list | None = None, client_ports: list | None = None,
+                 api_from_cidrs: bool = True) -> dict:
     """From the plan: the ruleset text and the facts behind it (for the role's report and checks).
 
     ``machine_plans``: the plans of the other deployments on this machine (deployments that share it on disjoint
     GPUs), the plan itself among them or not. The machine has one table: their API ports, cluster nodes and protected
     ports are added to the plan's, so that no deployment's table closes another's ports.
+    ``client_ports``: ports open like the API (the router's client port on a router host); ``api_from_cidrs`` false
+    keeps the vLLM API ports to the cluster's own addresses (the router's hosts among them).
     """
     # The machine's plans in their given (inventory) order when the plan is among them, so that every deployment
     # on the machine renders the same table; else the plan first.
@@ -234,12 +277,18 @@ def build_policy(*, table: str, plan: dict, api_cidrs: list, scope: str = "deplo
             raise FirewallError(
                 f"the API port {api_port} falls inside a protected port range of a deployment on this machine "
                 f"({', '.join(_span_text(s) for s in spans)}): move the API port or the range")
+    clients = [_port("client", port) for port in client_ports or []]
+    for port in clients:
+        if any(first <= port <= last for first, last in spans):
+            raise FirewallError(
+                f"the client port {port} (the router's) falls inside a protected port range on this machine "
+                f"({', '.join(_span_text(s) for s in spans)}): move the router's port or the range")
     addresses = [node["address"] for node in members] + list(extra_cluster_addresses or [])
     hosts = ", ".join(f"{node['name']} {node['address']}" for node in members)
     names = ", ".join(str(one.get("deployment", "?")) for one in plans)
     ruleset = render_ruleset(
         table=table, cluster_addresses=addresses, api_port=api_ports[0] if len(api_ports) == 1 else api_ports,
-        api_cidrs=api_cidrs, protected=spans,
+        api_cidrs=api_cidrs, protected=spans, client_ports=clients, api_from_cidrs=api_from_cidrs,
         comment=(f"vllm-cluster firewall of deployment{'s' if len(plans) > 1 else ''} {names} "
                  "(managed; edits are lost).\n"
                  f"Cluster nodes (scope {scope}): {hosts}."))
@@ -253,6 +302,8 @@ def build_policy(*, table: str, plan: dict, api_cidrs: list, scope: str = "deplo
         "api_ports": api_ports,
         "deployments": [one.get("deployment") for one in plans],
         "api_cidrs": api_cidrs,
+        "api_from_cidrs": api_from_cidrs,
+        "client_ports": clients,
         "cluster_addresses": cluster_v4 + cluster_v6,
         "protected_ports": [_span_text(span) for span in spans],
     }
