@@ -35,6 +35,10 @@ PACKAGES = sorted([
     "procps", "psmisc", "lsof", "less", "pciutils",
     # file transfer and archives (synchronize, unarchive)
     "rsync", "xz-utils", "unzip",
+    # role vllm_monitoring (issue 19): Debian's Prometheus and node exporter. The nodes cannot reach a
+    # mirror, so the image carries them, disabled (DISABLED_UNITS): nothing listens until the role has
+    # written their arguments and enables them; its `apt: state=present` is then a no-op.
+    "prometheus", "prometheus-node-exporter",
 ])
 
 # Timers that would wake up nine idle nodes on two cores for nothing, or reach
@@ -43,6 +47,9 @@ MASKED_UNITS = [
     "apt-daily.timer", "apt-daily-upgrade.timer", "dpkg-db-backup.timer",
     "e2scrub_all.timer", "e2scrub_reap.service", "fstrim.timer",
 ]
+
+# Installed for a role, started only by that role (Debian's postinst enables them).
+DISABLED_UNITS = ["prometheus.service", "prometheus-node-exporter.service"]
 
 SSHD_CONFIG = """\
 # vllm-cluster lab node: key-only root login for the controller's Ansible.
@@ -145,6 +152,7 @@ def _customise(root: Path) -> None:
     (root / "srv" / "wheelhouse").mkdir(parents=True, exist_ok=True)
     run(["systemctl", f"--root={root}", "mask", *MASKED_UNITS])
     run(["systemctl", f"--root={root}", "enable", "ssh.service"])
+    run(["systemctl", f"--root={root}", "disable", *DISABLED_UNITS])
     # The .deb files stay in the host's debootstrap cache, not in every node's image.
     for cached in (root / "var" / "cache" / "apt" / "archives").glob("*.deb"):
         cached.unlink()
