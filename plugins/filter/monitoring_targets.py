@@ -1,13 +1,14 @@
 """Filters for monitoring a fleet: Prometheus's file-SD targets and the plan's recording rules.
 
-One file, two filters; each one's documentation is the .yml of its name beside this file
-(monitoring_targets.yml, monitoring_plan_rules.yml). The logic is plugins/module_utils/monitoring/.
+One file, three filters; each one's documentation is the .yml of its name beside this file
+(monitoring_targets.yml, monitoring_plan_rules.yml, monitoring_router_targets.yml). The logic is plugins/module_utils/monitoring/.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.monitoring import plan_rules, targets
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.router.front import inventory_address
 
 
 def _plain(plans):
@@ -33,8 +34,25 @@ def monitoring_plan_rules(plans, ttft_p99_seconds, ttft_p99_by_deployment=None):
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def monitoring_router_targets(groups, hostvars, group="vllm_router"):
+    """Prometheus file-SD target groups of the router's hosts (their vllm-router metrics)."""
+    routers = []
+    for host in groups.get(group) or []:
+        variables = hostvars[host] if host in hostvars else {}
+        routers.append({"host": host,
+                        "address": variables.get("vllm_router_prometheus_address") or inventory_address(host, variables),
+                        "port": variables.get("vllm_router_prometheus_port") or targets.ROUTER_METRICS_PORT,
+                        "deployments": variables.get("vllm_router_deployments") or []})
+    try:
+        return targets.router_groups(routers)
+    except targets.TargetError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
-    """vllm_ops.cluster monitoring filters (documentation: monitoring_targets.yml, monitoring_plan_rules.yml)."""
+    """vllm_ops.cluster monitoring filters (documentation: monitoring_targets.yml, monitoring_plan_rules.yml,
+    monitoring_router_targets.yml)."""
 
     def filters(self):
-        return {"monitoring_targets": monitoring_targets, "monitoring_plan_rules": monitoring_plan_rules}
+        return {"monitoring_targets": monitoring_targets, "monitoring_plan_rules": monitoring_plan_rules,
+                "monitoring_router_targets": monitoring_router_targets}

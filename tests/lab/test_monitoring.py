@@ -257,6 +257,7 @@ def test_every_target_is_up_node_exporter_on_every_node(fleet, prometheus):
         by_job.setdefault(target["labels"]["job"], set()).add(target["labels"].get("node"))
     assert by_job.get("node") == set(REPLICAS), by_job
     assert by_job.get("vllm") == set(REPLICAS), by_job
+    assert by_job.get("router") == {ROUTER_HOST}, by_job  # vllm-router's own metrics, from the router's group
     for target in targets:
         labels = target["labels"]
         if labels["job"] in ("vllm", "node"):
@@ -364,12 +365,14 @@ def test_prometheus_and_node_exporter_ports_are_dropped_from_outside_the_cluster
 
 def test_the_lab_is_left_as_test_deploy_leaves_it(fleet):
     """For the modules after this one: no vLLM, no router, no Prometheus and no node exporter running, the lab
-    inventory's firewall on every node. The roles vllm_monitoring and vllm_router have no teardown entry point yet:
-    their units are stopped and disabled here by hand (the packages stay, as in the image)."""
+    inventory's firewall on every node. teardown.yml takes the router down (its unit and key gone); the role
+    vllm_monitoring has no teardown entry point yet: its units are stopped and disabled here by hand (the packages
+    stay, as in the image)."""
     lab, _ = fleet
     play(fleet, "playbooks/teardown.yml", timeout=900)
-    lab.ssh(ROUTER_HOST, "systemctl disable --now vllm-router.service && rm -f /etc/systemd/system/vllm-router.service"
-                         " && systemctl daemon-reload")
+    gone = lab.ssh(ROUTER_HOST, "test ! -e /etc/systemd/system/vllm-router.service && test ! -e /etc/vllm-router"
+                                " && ! systemctl is-active vllm-router.service", check=False)
+    assert gone.returncode == 0, "teardown.yml left vllm-router's unit, key directory or process on " + ROUTER_HOST
     for node in REPLICAS:
         lab.ssh(node, "systemctl disable --now prometheus.service prometheus-node-exporter.service")
     lab.ansible_playbook("deploy.yml", "--tags", "firewall", timeout=900)

@@ -265,12 +265,13 @@ def test_a_killed_replica_is_taken_out_within_the_health_checks_and_comes_back_t
 def test_the_lab_is_left_as_test_deploy_leaves_it(front):
     """For the modules after this one: no vLLM and no router anywhere, the lab inventory's firewall on every node.
 
-    The role vllm_router has no teardown entry point yet: its unit is stopped and removed here by hand.
+    teardown.yml takes the router down first (role vllm_router's teardown: its unit and key directory gone).
     """
     lab, _ = front
     play(front, "playbooks/teardown.yml", timeout=900)
-    lab.ssh(ROUTER_HOST, "systemctl disable --now vllm-router.service && rm -f /etc/systemd/system/vllm-router.service"
-                         " && systemctl daemon-reload")
+    gone = lab.ssh(ROUTER_HOST, "test ! -e /etc/systemd/system/vllm-router.service && test ! -e /etc/vllm-router"
+                                " && ! systemctl is-active vllm-router.service", check=False)
+    assert gone.returncode == 0, "teardown.yml left vllm-router's unit, key directory or process on " + ROUTER_HOST
     lab.ansible_playbook("deploy.yml", "--tags", "firewall", timeout=900)
     for node in REPLICAS:
         listed = lab.ssh(node, "systemctl list-units --state=active --no-legend --plain 'vllm*.service'", check=False)

@@ -14,6 +14,7 @@ import jinja2
 import yaml
 from ansible_collections.vllm_ops.cluster.plugins.filter.monitoring_targets import (
     monitoring_plan_rules,
+    monitoring_router_targets,
     monitoring_targets,
 )
 from test_facts_modules import REPO
@@ -37,7 +38,11 @@ def test_the_rendered_configuration_targets_and_rules_pass_promtool(tmp_path):
     rules = tmp_path / "rules"
     file_sd.parent.mkdir()
     rules.mkdir()
-    file_sd.write_text(json.dumps(monitoring_targets(plans, 9100), indent=2))
+    # The router on lab-a's head (its address from its plan), as the role adds it.
+    routers = monitoring_router_targets({"vllm_router": ["node1"]}, {"node1": {"vllm_cluster_plan": plans[0]}})
+    assert routers == [{"targets": [f"{plans[0]['nodes'][0]['address']}:29000"],
+                        "labels": {"component": "router", "node": "node1", "role": "router", "fronts": "*"}}]
+    file_sd.write_text(json.dumps(monitoring_targets(plans, 9100) + routers, indent=2))
     shutil.copy(RULES, rules / RULES.name)
     (rules / "vllm-cluster-plan.rules.yml").write_text(yaml.safe_dump(monitoring_plan_rules(plans, 2.0)))
     config = tmp_path / "prometheus.yml"
@@ -45,9 +50,9 @@ def test_the_rendered_configuration_targets_and_rules_pass_promtool(tmp_path):
                              __vllm_monitoring_rules_dir=str(rules), __vllm_monitoring_hostport="10.77.1.9:9090"))
     code, output = promtool("check", "config", config)
     assert code == 0, output
-    assert "SUCCESS: 2 rule files found" in output and "SUCCESS: 8 rules found" in output and "4 rules found" in output
+    assert "SUCCESS: 2 rule files found" in output and "SUCCESS: 9 rules found" in output and "4 rules found" in output
     jobs = {job["job_name"] for job in yaml.safe_load(config.read_text())["scrape_configs"]}
-    assert jobs == {"prometheus", "vllm", "node", "ray"}
+    assert jobs == {"prometheus", "vllm", "node", "ray", "router"}
 
 
 def test_both_services_listen_on_the_given_address_only():

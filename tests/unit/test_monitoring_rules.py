@@ -129,11 +129,13 @@ def test_every_alert_waits_is_graded_and_names_its_deployment():
     rules = alert_rules()
     assert {rule["alert"] for rule in rules} == {
         "VllmApiServerDown", "VllmRankUnitDown", "VllmReplicasBelowPlan", "VllmQueueWithKvCacheFull",
-        "VllmTtftP99OverTarget", "VllmOutputStalled", "NodeExporterDown"}
+        "VllmTtftP99OverTarget", "VllmOutputStalled", "NodeExporterDown", "VllmRouterDown"}
     for rule in rules:
         assert re.fullmatch(r"\d+[sm]", rule["for"]), rule["alert"]
         assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
-        assert "$labels.deployment" in rule["annotations"]["summary"], rule["alert"]
+        # A router fronts deployments (label fronts); every other alert is one deployment's.
+        assert "$labels.deployment" in rule["annotations"]["summary"] or (
+            rule["expr"].startswith('up{job="router"}') and "$labels.fronts" in rule["annotations"]["summary"]), rule["alert"]
         assert rule["annotations"]["description"].strip(), rule["alert"]
 
 

@@ -128,3 +128,20 @@ def test_the_plan_rules_carry_planned_replicas_and_the_ttft_target_per_deploymen
     with pytest.raises(AnsibleFilterError, match=r"vllm_monitoring_ttft_p99_seconds must be a number of seconds "
                                                   r"above 0, got -1"):
         monitoring_plan_rules([one], -1)
+
+
+def test_routers_are_targets_of_their_own_that_name_what_they_front():
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.monitoring.targets import (
+        TargetError,
+        router_groups,
+    )
+
+    groups = router_groups([{"host": "gw1", "address": "10.0.0.5", "port": 29001, "deployments": ["chat", "embed"]},
+                            {"host": "gw2", "address": "fd00::6", "deployments": "chat"}])
+    assert groups == [
+        {"targets": ["10.0.0.5:29001"], "labels": {"component": "router", "node": "gw1", "role": "router",
+                                                   "fronts": "chat,embed"}},
+        {"targets": ["[fd00::6]:29000"], "labels": {"component": "router", "node": "gw2", "role": "router",
+                                                   "fronts": "chat"}}]
+    with pytest.raises(TargetError, match="router host gw3 has no address for its metrics"):
+        router_groups([{"host": "gw3", "address": None}])

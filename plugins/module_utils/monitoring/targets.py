@@ -14,6 +14,9 @@ in its own scrape job, ``vllm``, ``node`` or ``ray``, by that label):
 - ``ray``: the metrics agent of every node that runs ``ray start``, on the port of its
   ``--metrics-export-port`` (``ports.ray_metrics_export``, 6384 by default): read from the node's
   ``ray_start_argv``, so a plan without Ray (backend mp) has none, and no backend name is compared.
+- ``router``: vllm-router's own metrics on every host of the router's group (``router_groups``; not from
+  a plan: the router fronts deployments, it is none of them), labels ``node``, ``role: router`` and
+  ``fronts`` (the deployments it fronts, joined, or ``*`` for every one).
 
 Labels of every group: ``deployment``; ``node`` (the inventory host); ``role`` (``head``/``worker``, or
 ``idle`` for a host without ranks); ``rank`` (the node's global ranks, joined with ``,``); ``replica``
@@ -33,7 +36,8 @@ from __future__ import annotations
 from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.launch.base import VLLM_UNIT
 
-COMPONENTS = ("vllm", "node", "ray")
+COMPONENTS = ("vllm", "node", "ray", "router")
+ROUTER_METRICS_PORT = 29000
 NODE_EXPORTER_PORT = 9100
 RAY_METRICS_FLAG = "--metrics-export-port"
 
@@ -153,3 +157,23 @@ def target_groups(plans, node_exporter_port=NODE_EXPORTER_PORT):
     if not 0 < port < 65536:
         raise TargetError(f"monitoring targets: the node exporter port must be 1-65535, got {port}")
     return [group for plan in unique_plans(plans) for group in deployment_targets(plan, port)]
+
+
+def router_groups(routers):
+    """Target groups of the routers: ``routers`` is ``[{host, address, port, deployments}]`` (inventory order).
+
+    ``address``/``port``: where the router's metrics listen (vllm_router_prometheus_address, else the host's cluster
+    address; vllm_router_prometheus_port). A router without an address is refused by name.
+    """
+    groups = []
+    for router in routers or []:
+        host = router.get("host", "?")
+        if not router.get("address"):
+            raise TargetError(f"monitoring targets: router host {host} has no address for its metrics; expected "
+                              "vllm_router_prometheus_address, vllm_cluster_fabric_address or a plan of its own")
+        fronted = router.get("deployments") or []
+        if isinstance(fronted, str):
+            fronted = [part.strip() for part in fronted.split(",") if part.strip()]
+        labels = {"node": host, "role": "router", "fronts": _joined(fronted) or "*"}
+        groups.append(_group(router["address"], router.get("port") or ROUTER_METRICS_PORT, "router", labels))
+    return groups
