@@ -338,4 +338,3 @@ def roll_plan(new, previous_by_host, routers=None, allow_layout_switch=False):
     steps["routers"] = [{"host": router["host"], "admin_url": router_admin_url(router["host"], router["exec_start"])}
                         for router in fronting] if rolls else []
     return steps
-
