@@ -31,7 +31,16 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.profile import bench_argv
-from test_router import DEPLOYMENT, REPLICAS, REPO, ROUTER_HOST, changed, front_inventory, router_url
+from test_router import (
+    DEPLOYMENT,
+    REPLICAS,
+    REPO,
+    ROUTER_HOST,
+    changed,
+    front_inventory,
+    processed,
+    router_url,
+)
 
 pytestmark = [pytest.mark.lab_extended, pytest.mark.lab, pytest.mark.timeout(3600)]
 
@@ -78,25 +87,33 @@ def main_pid(lab, node: str) -> str:
 
 
 class Load:
-    """`vllm bench serve` rounds through the router while a play runs, and the router's list every second."""
+    """`vllm bench serve` rounds through the router while a play runs, and the router's list every second.
+
+    Two loops of rounds, the second started half a round later: a round's client spends tens of seconds starting
+    (it imports vLLM) before it sends anything, and the other loop's round covers that gap.
+    """
 
     def __init__(self, lab, tmp_path: Path):
         self.lab, self.tmp_path = lab, tmp_path
         self.done = threading.Event()
         self.rounds: list[dict] = []
         self.samples: list[tuple[float, list[str]]] = []
-        self.threads = [threading.Thread(target=self._bench), threading.Thread(target=self._sample)]
+        self.threads = [threading.Thread(target=self._bench, args=(loop,)) for loop in (0, 1)]
+        self.threads.append(threading.Thread(target=self._sample))
 
-    def _bench(self):
+    def _bench(self, loop: int):
         env = dict(os.environ, OPENAI_API_KEY=self.lab.api_key, HF_HUB_OFFLINE="1")
+        if loop and self.done.wait(ROUND["num_prompts"] / ROUND["request_rate"] / 2):
+            return
         while not self.done.is_set():
-            name = f"round-{len(self.rounds)}.json"
+            name = f"round-{loop}-{sum(1 for r in self.rounds if r['loop'] == loop)}.json"
             argv = bench_argv(ROUND, router_url(self.lab), DEPLOYMENT, str(REPO / ".cache" / "models" / "tiny-llama"),
                               result_dir=str(self.tmp_path), result_filename=name,
                               vllm=str(REPO / ".venv-runtime" / "bin" / "vllm"))
             proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900, check=False)
             result = json.loads((self.tmp_path / name).read_text()) if (self.tmp_path / name).exists() else {}
-            self.rounds.append({"rc": proc.returncode, "completed": result.get("completed", 0),
+            self.rounds.append({"loop": loop, "end": time.monotonic(), "duration": result.get("duration", 0.0),
+                                "rc": proc.returncode, "completed": result.get("completed", 0),
                                 "failed": ROUND["num_prompts"] - result.get("completed", 0),
                                 "errors": sorted({str(e)[:160] for e in result.get("errors") or [] if e}),
                                 "tail": proc.stdout[-1500:] + proc.stderr[-1500:]})
@@ -107,9 +124,13 @@ class Load:
             time.sleep(1)
 
     def __enter__(self):
+        base = sum(processed(self.lab).values())
         for thread in self.threads:
             thread.start()
-        time.sleep(5)  # the first round is flowing
+        deadline = time.monotonic() + 300
+        while sum(processed(self.lab).values()) < base + 4:  # the first round is flowing through the router
+            assert time.monotonic() < deadline, "the load never reached the router"
+            time.sleep(1)
         return self
 
     def __exit__(self, *exc):
@@ -120,9 +141,20 @@ class Load:
     def failed(self) -> int:
         return sum(r["failed"] for r in self.rounds)
 
-    def report(self, what: str) -> str:
+    def covered(self, start: float, end: float) -> float:
+        """The share of [start, end] during which some round was sending requests."""
+        spans = sorted((max(r["end"] - r["duration"], start), min(r["end"], end)) for r in self.rounds)
+        total, reached = 0.0, start
+        for first, last in spans:
+            first = max(first, reached)
+            if last > first:
+                total, reached = total + last - first, last
+        return total / (end - start) if end > start else 0.0
+
+    def report(self, what: str, start: float, end: float) -> str:
         requests = sum(r["completed"] for r in self.rounds)
         line = (f"{what}: {len(self.rounds)} bench rounds, {requests} requests completed, {self.failed()} failed; "
+                f"load during {100 * self.covered(start, end):.0f} % of the play; "
                 f"errors: {sorted({e for r in self.rounds for e in r['errors']})}")
         print(line)
         return line
@@ -167,8 +199,8 @@ def test_a_serve_arg_rolls_one_server_at_a_time_with_no_failed_request(front, de
     with Load(lab, tmp_path) as load:
         started = time.monotonic()
         result = play(front, "--tags", "vllm", "-e", json.dumps(GOOD))
-        roll_s = time.monotonic() - started
-    load.report(f"rolling change in {roll_s:.0f} s")
+        ended = time.monotonic()
+    load.report(f"rolling change in {ended - started:.0f} s", started, ended)
     assert result.returncode == 0, result.stdout[-6000:]
     assert all(r["rc"] == 0 for r in load.rounds), [r["tail"] for r in load.rounds if r["rc"]]
     assert load.failed() == 0
@@ -218,8 +250,10 @@ def test_a_change_that_makes_vllm_exit_stops_the_roll_at_the_first_server_and_ro
     plans = {node: lab.ssh(node, "sha256sum /etc/vllm-cluster/plan.json").stdout.split()[0] for node in REPLICAS}
     old_argv = running_argv(lab, "node1")
     with Load(lab, tmp_path) as load:
+        started = time.monotonic()
         result = play(front, "--tags", "vllm", "-e", json.dumps(BAD), check=False)
-    load.report("failed change")
+        ended = time.monotonic()
+    load.report("failed change", started, ended)
     assert result.returncode != 0
     output = result.stdout
     assert "ROLLING CHANGE STOPPED at node1 (argv adds --tokenizer /srv/models/no-such-tokenizer)" in output, \
