@@ -91,10 +91,20 @@ def fleet_hosts(hosts, hostvars, only=None):
     return fleet.play_hosts(_selected(hosts, hostvars, only))
 
 
-def fleet_batches(hosts, hostvars, only=None):
-    """A fleet play's serial: one batch per deployment."""
+def fleet_batches(hosts, hostvars, only=None, rolling=False):
+    """A fleet play's serial: one batch per deployment; with ``rolling``, one host per batch for a deployment whose
+    hosts carry ``vllm_service_roll.one_at_a_time`` (set by vllm_service's roll.yml in an earlier play)."""
     selected = _selected(hosts, hostvars, only)
-    return [] if selected and selected[0][0] is None else fleet.play_batches(selected)
+    if selected and selected[0][0] is None:
+        return []
+    one_at_a_time = []
+    if rolling:
+        for name, members in selected:
+            variables = hostvars[members[0]] if members[0] in hostvars else {}
+            roll = variables.get("vllm_service_roll") if hasattr(variables, "get") else None
+            if hasattr(roll, "get") and roll.get("one_at_a_time"):
+                one_at_a_time.append(name)
+    return fleet.play_batches(selected, one_at_a_time)
 
 
 def deployment_service(deployment, shares_machines=False):

@@ -57,7 +57,11 @@ SUCCESS = re.compile(r'^vllm:request_success_total\{[^}]*\}\s+([0-9.e+]+)$', re.
 @pytest.fixture(scope="module")
 def front(shared_lab, tiny_model, tmp_path_factory):
     """The lab's hosts as one deployment of three TP=1 replicas (group replicas) and the router group on node1."""
-    lab = shared_lab
+    return front_inventory(shared_lab, tmp_path_factory)
+
+
+def front_inventory(lab, tmp_path_factory):
+    """(lab, inventory): the inventory of `front` (tests/lab/test_rolling_change.py uses it too)."""
     inventory = tmp_path_factory.mktemp("router-inventory")
     hosts = yaml.safe_load((lab.inventory / "hosts.yml").read_text())
     nodes = hosts["all"]["children"]["vllm_nodes"]

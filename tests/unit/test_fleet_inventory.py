@@ -38,6 +38,8 @@ def test_hosts_group_by_their_deployment_in_the_order_of_their_first_host():
     # One deployment (today's inventories): one batch of every host, in inventory order.
     assert fleet.play_batches(fleet.deployments(["n1", "n2", "n3"], {})) == [3]
     assert fleet.play_hosts(fleet.deployments([], {})) == [] and fleet.play_batches([]) == []
+    # A deployment that rolls behind the router (vllm_service_roll.one_at_a_time): one server per batch.
+    assert fleet.play_batches(selected, one_at_a_time=[selected[0][0]]) == [1, 1, 2, 1]
 
 
 def test_a_selection_keeps_the_named_deployments_and_refuses_unknown_names():
@@ -254,6 +256,8 @@ PLANNED_HOSTS_PLAY = "plan.yml: Gather GPU facts on the nodes that do not declar
 MONITOR_PLAY = "monitoring.yml: Prometheus on the monitoring host, with the fleet's targets and the alert rules"
 # The router fronts deployments: it runs on its own group, once, not per deployment.
 ROUTER_TEARDOWN_PLAY = "teardown.yml: Stop and remove the router"
+# The final vLLM stage: a deployment that rolls behind the router runs one server per batch (rolling=true).
+ROLLING_PLAY = "vllm.yml: Final stage: vLLM with the plan's argv"
 ROUTER_PLAY = "router.yml: The router on its hosts, in front of the plans' API servers"
 
 
@@ -287,6 +291,9 @@ def test_every_play_over_the_nodes_runs_one_batch_per_deployment():
                 continue
             if hosts != expected_hosts:
                 unbatched.append(f"{name}: hosts {hosts!r}")
+            elif name == ROLLING_PLAY:
+                if one_play.get("serial") != expected_serial.replace(") }}", ", rolling=true) }}"):
+                    unbatched.append(f"{name}: serial {one_play.get('serial')!r}")
             elif one_play.get("serial") != expected_serial and name not in PER_HOST_PLAYS:
                 unbatched.append(f"{name}: serial {one_play.get('serial')!r}")
     assert not unbatched

@@ -10,8 +10,14 @@ import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.router.roll import (
     RollError,
     layout_changes,
+    listed_workers,
+    roll_plan,
     roll_steps,
+    router_admin_url,
+    running_argv_problem,
     server_changes,
+    shutdown_timeout_s,
+    stop_timeout_problem,
 )
 from test_monitoring_targets import lab_plan
 from test_router_workers import moe_dp_plan
@@ -106,3 +112,112 @@ def test_a_scale_and_a_change_at_once_is_refused():
     with pytest.raises(RollError, match=r"added \(node3\) .* while the staying ones change \(node1, node2\); "
                                         "expected one change at a time"):
         roll_steps(lab_plan({"tp": 1, "dp": 2}), lab_plan(THREE, serve_args={"max-num-seqs": 64}))
+
+
+# --- roll_plan: how playbooks/vllm.yml runs the change, and the checks of one rolled server ---
+
+ROUTER_UNIT = ("{ path=/opt/vllm-router/venv/bin/vllm-router-launch ; argv[]=/opt/vllm-router/venv/bin/"
+               "vllm-router-launch --host 0.0.0.0 --port 8080 --policy round_robin --worker-urls "
+               "http://10.77.1.1:8000 http://10.77.1.2:8000 http://10.77.1.3:8000 ; ignore_errors=no ; start_time=[n/a] }")
+ROUTER = {"host": "node1", "deployments": [], "exec_start": ROUTER_UNIT}
+
+
+def running(plan, hosts=("node1", "node2", "node3")):
+    return {host: plan for host in hosts}
+
+
+def test_a_serve_arg_behind_the_router_rolls_one_server_at_a_time_in_plan_order():
+    steps = roll_plan(lab_plan(THREE, serve_args={"max-num-seqs": 32}), running(lab_plan(THREE)), [ROUTER])
+    assert steps["action"] == "roll" and steps["one_at_a_time"] is True
+    assert steps["order"] == ["node1", "node2", "node3"]
+    assert steps["workers"] == {"node1": "http://10.77.1.1:8000", "node2": "http://10.77.1.2:8000",
+                                "node3": "http://10.77.1.3:8000"}
+    assert steps["routers"] == [{"host": "node1", "admin_url": "http://127.0.0.1:8080"}]
+    assert steps["servers"][0]["changes"] == ["argv adds --max-num-seqs 32"]
+
+
+def test_without_a_router_or_for_another_deployment_the_servers_restart_together():
+    change = lab_plan(THREE, serve_args={"max-num-seqs": 32})
+    assert roll_plan(change, running(lab_plan(THREE)), [])["one_at_a_time"] is False
+    other = dict(ROUTER, deployments=["chat"])
+    steps = roll_plan(change, running(lab_plan(THREE)), [other])
+    assert steps["action"] == "roll" and steps["one_at_a_time"] is False and steps["routers"] == []
+    assert roll_plan(change, running(lab_plan(THREE)), [dict(ROUTER, deployments="chat,lab-tiny-llama")])[
+        "one_at_a_time"]
+
+
+def test_one_api_server_and_a_first_deploy_keep_todays_restart():
+    tp2 = roll_plan(lab_plan({"tp": 2}, serve_args={"max-num-seqs": 32}), running(lab_plan({"tp": 2}),
+                                                                                     ("node1", "node2")), [ROUTER])
+    assert tp2["action"] == "restart" and tp2["one_at_a_time"] is False
+    first = roll_plan(lab_plan(THREE), {"node1": None, "node2": None, "node3": None}, [ROUTER])
+    assert first["action"] == "first" and first["one_at_a_time"] is False
+
+
+def test_nothing_planned_changes_still_goes_one_at_a_time_behind_the_router():
+    # A role setting (TimeoutStopSec, the network environment) may still restart the servers: one at a time.
+    steps = roll_plan(lab_plan(THREE), running(lab_plan(THREE)), [ROUTER])
+    assert steps["action"] == "none" and steps["one_at_a_time"] is True
+
+
+def test_a_layout_change_behind_the_router_is_refused_and_without_one_restarts_together():
+    with pytest.raises(RollError, match="the layout changes"):
+        roll_plan(lab_plan(THREE), running(lab_plan({"tp": 2}), ("node1", "node2")), [ROUTER])
+    steps = roll_plan(lab_plan(THREE), running(lab_plan({"tp": 2}), ("node1", "node2")), [])
+    assert steps["action"] == "switch" and steps["one_at_a_time"] is False and "no router fronts it" in steps["why"]
+
+
+def test_a_roll_behind_a_router_host_without_its_unit_is_refused():
+    with pytest.raises(RollError, match=r"router host\(s\) node1 front it .* run no vllm-router.service"):
+        roll_plan(lab_plan(THREE, serve_args={"max-num-seqs": 32}), running(lab_plan(THREE)),
+                  [dict(ROUTER, exec_start="")])
+    assert roll_plan(lab_plan(THREE), running(lab_plan(THREE)), [dict(ROUTER, exec_start="")])[
+        "one_at_a_time"] is False
+
+
+def test_an_interrupted_roll_compares_each_server_with_its_own_plan():
+    old, new = lab_plan(THREE), lab_plan(THREE, serve_args={"max-num-seqs": 32})
+    steps = roll_plan(new, {"node1": new, "node2": old, "node3": old}, [ROUTER])
+    assert steps["action"] == "roll" and steps["one_at_a_time"]
+    assert [(s["host"], s["changes"]) for s in steps["servers"]] == [
+        ("node2", ["argv adds --max-num-seqs 32"]), ("node3", ["argv adds --max-num-seqs 32"])]
+    assert steps["unchanged"] == ["node1"]
+
+
+def test_the_router_admin_url_is_its_own_address_or_loopback():
+    assert router_admin_url("r", ROUTER_UNIT) == "http://127.0.0.1:8080"
+    assert router_admin_url("r", ["launch", "--host", "10.0.0.20", "--port", "9000"]) == "http://10.0.0.20:9000"
+    assert router_admin_url("r", ["launch", "--host", "::"]) == "http://[::1]:30000"
+    with pytest.raises(RollError, match="router host r: vllm-router.service has no command line"):
+        router_admin_url("r", "")
+
+
+def test_list_workers_answers_are_read():
+    assert listed_workers({"urls": ["http://10.77.1.1:8000/", "http://10.77.1.2:8000"]}) == [
+        "http://10.77.1.1:8000", "http://10.77.1.2:8000"]
+    assert listed_workers([{"url": "http://a:1"}]) == ["http://a:1"]
+    with pytest.raises(RollError, match="expected a JSON object with the worker URLs"):
+        listed_workers({"status": "ok"})
+
+
+def test_the_planner_gives_independent_servers_a_shutdown_timeout_that_systemd_must_cover():
+    node = lab_plan(THREE)["nodes"][0]
+    assert shutdown_timeout_s(node["argv"]) == 30
+    assert shutdown_timeout_s(lab_plan({"tp": 2})["nodes"][0]["argv"]) == 0  # one API server: unchanged
+    assert shutdown_timeout_s(lab_plan(THREE, serve_args={"shutdown-timeout": 50})["nodes"][0]["argv"]) == 50
+    assert stop_timeout_problem("node1", node["argv"], 90) == ""
+    assert stop_timeout_problem("node1", node["argv"], 40) == (
+        "host node1: vllm_service_stop_timeout_s is 40 but vLLM's --shutdown-timeout is 30 s: systemd would kill "
+        "vLLM before its requests finish; expected at least 30 + 30 = 60 s")
+
+
+def test_the_running_argv_must_end_with_the_planned_one():
+    argv = ["vllm", "serve", "/srv/models/tiny-llama", "--port", "8000", "--max-num-seqs", "32"]
+    cmdline = "\0".join(["/opt/vllm-cluster/venv/bin/python", "/opt/vllm-cluster/venv/bin/vllm", *argv[1:]]) + "\0"
+    assert running_argv_problem("node1", cmdline, argv) == ""
+    stale = cmdline.replace("32", "16")
+    assert running_argv_problem("node1", stale, argv).startswith(
+        "host node1: the running vLLM was started with '/opt/vllm-cluster/venv/bin/python ")
+    assert "expected its arguments to end with the plan's 'serve /srv/models/tiny-llama" in running_argv_problem(
+        "node1", stale, argv)
+    assert "no process" in running_argv_problem("node1", "", argv)

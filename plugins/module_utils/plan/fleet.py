@@ -169,6 +169,10 @@ def play_hosts(selected):
     return [host for _, members in selected for host in members]
 
 
-def play_batches(selected):
-    """The play's ``serial``: one batch per deployment (a single deployment: one batch of all its hosts)."""
-    return [len(members) for _, members in selected]
+def play_batches(selected, one_at_a_time=()):
+    """The play's ``serial``: one batch per deployment (a single deployment: one batch of all its hosts); a
+    deployment named in ``one_at_a_time`` (a rolling change behind the router) gets one batch per host."""
+    batches = []
+    for name, members in selected:
+        batches += [1] * len(members) if name in one_at_a_time else [len(members)]
+    return batches

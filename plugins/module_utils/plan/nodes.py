@@ -111,6 +111,9 @@ def serve_argv(inputs, cand, node_rank, head_address):
     if inputs.kv_cache_dtype != "auto":
         argv += ["--kv-cache-dtype", inputs.kv_cache_dtype]
     argv += serve_args.served_argv(inputs) + serve_args.argv(inputs)
+    if independent and "shutdown-timeout" not in inputs.serve_passthrough:
+        # A rolling change stops one of them at a time behind the router: its requests in flight finish first.
+        argv += ["--shutdown-timeout", str(serve_args.DRAIN_S)]
     if independent:  # one node is the whole server: no --nnodes, --master-addr or DP RPC between replicas
         return argv + inputs.mode.executor_argv(1, local_dp, 0, head_address, ports)
     return argv + inputs.mode.executor_argv(cand.nnodes, cand.dp, node_rank, head_address, ports)

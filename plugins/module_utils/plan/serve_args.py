@@ -39,6 +39,9 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks impor
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.kv_cache import KV_CACHE_DTYPES
 
 KEY = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+# vLLM's --shutdown-timeout for a dense model's independent servers (plan/nodes.py), unless serve_args sets one:
+# on SIGTERM a server finishes its requests in flight for up to this long (a rolling change, docs/router.md).
+DRAIN_S = 30
 
 # vLLM 0.32's short option strings of `vllm serve` (its parser's option_string_actions), by their long flag.
 ALIASES = {
