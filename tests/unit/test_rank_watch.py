@@ -2,7 +2,8 @@
 
 The head is a stand-in process that holds a listening socket on MASTER_PORT (what vLLM's TCPStore does on the head);
 a worker is a connection to it from its own loopback address, 127.0.0.2 or 127.0.0.3 (the worker's rendezvous
-connection; the head's own address, 127.0.0.1, is the local end and must not count). The watch must end the
+connection; the head's own address, 127.0.0.1, is the local end and must not count). The head listens on a
+dual-stack socket like torch's TCPStore, so the peers show as IPv4-mapped addresses (the lab found that). The watch must end the
 head (SIGTERM) once a worker that was connected is gone, and must not end it while the worker stays, nor for a
 worker that never connected. What could make these fail: a watch that reads the wrong column of `ss`, matches
 ports as addresses, judges a worker that never linked, or never signals.
@@ -22,8 +23,10 @@ WATCH = (Path(__file__).resolve().parents[2] / "roles" / "vllm_service" / "files
 
 HEAD = """
 import signal, socket, sys, time
-server = socket.socket(); server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-server.bind(("127.0.0.1", 0)); server.listen(8)
+# Dual stack, as torch's TCPStore listens: an IPv4 peer shows in ss as [::ffff:127.0.0.2]:port.
+server = socket.socket(socket.AF_INET6); server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+server.bind(("::", 0)); server.listen(8)
 print(server.getsockname()[1], flush=True)
 held = []
 signal.signal(signal.SIGTERM, lambda *_: (print("TERM", flush=True), sys.exit(0)))
