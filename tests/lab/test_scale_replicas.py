@@ -1,0 +1,124 @@
+"""Adding and removing a replica behind the router leaves the other replicas serving (runbooks add-replica.md and
+drain-node.md, issue 18).
+
+Two independent TP=1 replicas of the lab's tiny Llama (node1, node2) behind vllm-router on node1, test_router.py's
+inventory with node3 left out. Then node3 joins the group and `vllm_cluster_dp` goes to 3: deploy.yml starts vLLM
+on node3 only (node1's and node2's vLLM keep their process: same MainPID, same NRestarts), and the project's module
+`router_worker`, run ad hoc on the router host as the runbook says, puts node3 into the router, which then sends it
+requests. Then the drain: `router_worker state=absent` takes node3 out of the router (node1 and node2 serve every
+request after it), `systemctl stop` ends it, and teardown.yml --limit node3 removes it, with node1 and node2 still
+on their first process. The last test leaves the lab as test_deploy leaves it.
+
+What could make it fail: vllm_service stopping every server of a deployment when one is added (what it did before),
+a router that does not take or drop a worker, a new server the router never sends to.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+from conftest import CONTROLLER_BIN
+from test_router import (
+    DEPLOYMENT,
+    REPO,
+    ROUTER_HOST,
+    ROUTER_PORT,
+    front_inventory,
+    openai_through_router,
+    play,
+)
+from test_router import processed as router_processed
+
+pytestmark = [pytest.mark.lab_extended, pytest.mark.lab, pytest.mark.timeout(3600)]
+
+FIRST, ADDED = ("node1", "node2"), "node3"
+
+
+def set_replicas(inventory, hosts, members):
+    """The group replicas holds `hosts`, and vllm_cluster_dp is their number."""
+    listing = yaml.safe_load((inventory / "hosts.yml").read_text())
+    listing["all"]["children"]["vllm_nodes"]["children"]["replicas"]["hosts"] = {h: members[h] for h in hosts}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(listing, sort_keys=False))
+    group_vars = inventory / "group_vars" / "replicas.yml"
+    values = yaml.safe_load(group_vars.read_text())
+    values["vllm_cluster_dp"] = len(hosts)
+    group_vars.write_text(yaml.safe_dump(values))
+
+
+@pytest.fixture(scope="module")
+def front(shared_lab, tiny_model, tmp_path_factory):
+    lab, inventory = front_inventory(shared_lab, tmp_path_factory)
+    listing = yaml.safe_load((inventory / "hosts.yml").read_text())
+    members = dict(listing["all"]["children"]["vllm_nodes"]["children"]["replicas"]["hosts"])
+    set_replicas(inventory, FIRST, members)
+    play((lab, inventory), "deploy.yml")
+    play((lab, inventory), "playbooks/router.yml")
+    return lab, inventory, members
+
+
+def process(lab, node):
+    shown = lab.ssh(node, "systemctl show -p MainPID,NRestarts,ActiveState vllm.service").stdout
+    return dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+
+
+def router_worker(lab, inventory, node, state):
+    """The runbook's command: the project's module router_worker, ad hoc on the router host."""
+    url = f"http://{lab.fabric_address(node)}:8000"
+    argv = [str(CONTROLLER_BIN / "ansible"), ROUTER_HOST, "-i", str(inventory), "-m", "vllm_ops.cluster.router_worker",
+            "-a", f"router_url=http://127.0.0.1:{ROUTER_PORT} worker_url={url} state={state}"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO, env=lab.ansible_env(),
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return url
+
+
+def listed(lab):
+    return lab.ssh(ROUTER_HOST, f"curl -sf --max-time 5 http://127.0.0.1:{ROUTER_PORT}/list_workers").stdout
+
+
+def test_a_replica_added_starts_alone_and_joins_the_router(front):
+    lab, inventory, members = front
+    before = {node: process(lab, node) for node in FIRST}
+    assert all(p["ActiveState"] == "active" for p in before.values()), before
+    assert f"{lab.fabric_address(ADDED)}:8000" not in listed(lab)
+
+    set_replicas(inventory, (*FIRST, ADDED), members)
+    out = play((lab, inventory), "deploy.yml").stdout
+    after = {node: process(lab, node) for node in FIRST}
+    assert after == before, f"deploy.yml restarted a running replica to add {ADDED}: {before} -> {after}"
+    assert process(lab, ADDED)["ActiveState"] == "active"
+    assert "independent servers: the others keep serving" in out
+
+    url = router_worker(lab, inventory, ADDED, "present")
+    assert url in listed(lab)
+    counted = router_processed(lab).get(url, 0.0)
+    openai_through_router(lab, 9)  # round_robin: every third request goes to the new replica
+    assert router_processed(lab).get(url, 0.0) - counted >= 1, router_processed(lab)
+
+
+def test_a_drained_replica_leaves_the_router_and_is_removed_while_the_others_serve(front):
+    lab, inventory, members = front
+    before = {node: process(lab, node) for node in FIRST}
+    url = router_worker(lab, inventory, ADDED, "absent")
+    assert url not in listed(lab)
+    counted = router_processed(lab).get(url, 0.0)
+    openai_through_router(lab, 6)
+    assert router_processed(lab).get(url, 0.0) == counted  # nothing more for the drained replica
+    lab.ssh(ADDED, "systemctl stop vllm.service")
+    play((lab, inventory), "playbooks/teardown.yml", "--limit", ADDED)
+    set_replicas(inventory, FIRST, members)
+    out = play((lab, inventory), "deploy.yml").stdout
+    assert {node: process(lab, node) for node in FIRST} == before, out[-3000:]
+    assert openai_through_router(lab, 4)
+
+
+def test_the_lab_is_left_as_test_deploy_leaves_it(front):
+    """No vLLM and no router anywhere (node3 went in the drain), the lab inventory's firewall on every node."""
+    lab, inventory, _ = front
+    play((lab, inventory), "playbooks/teardown.yml")
+    lab.ansible_playbook("deploy.yml", "--tags", "firewall", timeout=900)
+    for node in (*FIRST, ADDED):
+        active = lab.ssh(node, "systemctl is-active vllm.service vllm-router.service", check=False).stdout.split()
+        assert "active" not in active, f"{node} ({DEPLOYMENT}): {active}"
