@@ -42,6 +42,7 @@ import yaml
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.profile import bench_argv
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.monitoring import promql
 from test_hardening import connect, connect_from
+from test_router import front_inventory
 from vlab.machines import SSH_OPTIONS  # lab/lab's own (conftest.py puts lab/ on the path)
 
 # Outside CI's time budget (issue 21): about 18 minutes (1064 s, 1116 s) on the shared lab from the state test_fleet leaves (runtime
@@ -87,25 +88,10 @@ def started():
 @pytest.fixture(scope="module")
 def fleet(started, shared_lab, tiny_model, tmp_path_factory):
     """The lab's hosts as three TP=1 replicas (group replicas), the router on node1, the monitor group on node3."""
-    lab = shared_lab
-    inventory = tmp_path_factory.mktemp("monitoring-inventory")
-    hosts = yaml.safe_load((lab.inventory / "hosts.yml").read_text())
-    nodes = hosts["all"]["children"]["vllm_nodes"]
-    members = nodes.pop("hosts")
-    nodes["children"] = {"replicas": {"hosts": {n: members[n] for n in REPLICAS}}}
-    hosts["all"]["children"]["vllm_router"] = {"hosts": {ROUTER_HOST: None}}
+    lab, inventory = front_inventory(shared_lab, tmp_path_factory)  # test_router's: replicas and the router
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
     hosts["all"]["children"]["vllm_monitor"] = {"hosts": {MONITOR: None}}
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
-    for shared in ("host_vars", "secrets"):
-        (inventory / shared).symlink_to(lab.inventory / shared)
-    group_vars = inventory / "group_vars"
-    group_vars.mkdir()
-    (group_vars / "vllm_nodes.yml").symlink_to(REPO / "inventories" / "lab" / "group_vars" / "vllm_nodes.yml")
-    (group_vars / "replicas.yml").write_text(yaml.safe_dump(
-        {"vllm_cluster_tp": 1, "vllm_cluster_dp": 3, "vllm_cluster_allow_tp_across_nodes": False}))
-    (group_vars / "vllm_router.yml").write_text(yaml.safe_dump(
-        {"vllm_router_wheelhouse": "/srv/wheelhouse", "vllm_router_policy": "round_robin",
-         "vllm_router_port": ROUTER_PORT, "vllm_router_prometheus_port": ROUTER_METRICS_PORT}))
     return lab, inventory
 
 
