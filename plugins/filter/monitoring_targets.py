@@ -18,10 +18,10 @@ def _plain(plans):
     return plans
 
 
-def monitoring_targets(plans, node_exporter_port=targets.NODE_EXPORTER_PORT):
+def monitoring_targets(plans, node_exporter_port=targets.NODE_EXPORTER_PORT, dcgm_exporter_port=0):
     """Prometheus file-SD target groups ([{targets, labels}]) of every deployment's plan."""
     try:
-        return targets.target_groups(_plain(plans), node_exporter_port)
+        return targets.target_groups(_plain(plans), node_exporter_port, dcgm_exporter_port)
     except targets.TargetError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

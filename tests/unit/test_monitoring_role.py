@@ -42,7 +42,7 @@ def test_the_rendered_configuration_targets_and_rules_pass_promtool(tmp_path):
     routers = monitoring_router_targets({"vllm_router": ["node1"]}, {"node1": {"vllm_cluster_plan": plans[0]}})
     assert routers == [{"targets": [f"{plans[0]['nodes'][0]['address']}:29000"],
                         "labels": {"component": "router", "node": "node1", "role": "router", "fronts": "*"}}]
-    file_sd.write_text(json.dumps(monitoring_targets(plans, 9100) + routers, indent=2))
+    file_sd.write_text(json.dumps(monitoring_targets(plans, 9100, 9400) + routers, indent=2))  # DCGM on 9400
     shutil.copy(RULES, rules / RULES.name)
     (rules / "vllm-cluster-plan.rules.yml").write_text(yaml.safe_dump(monitoring_plan_rules(plans, 2.0)))
     config = tmp_path / "prometheus.yml"
@@ -52,7 +52,7 @@ def test_the_rendered_configuration_targets_and_rules_pass_promtool(tmp_path):
     assert code == 0, output
     assert "SUCCESS: 2 rule files found" in output and "SUCCESS: 9 rules found" in output and "4 rules found" in output
     jobs = {job["job_name"] for job in yaml.safe_load(config.read_text())["scrape_configs"]}
-    assert jobs == {"prometheus", "vllm", "node", "ray", "router"}
+    assert jobs == {"prometheus", "vllm", "node", "ray", "dcgm", "router"}
 
 
 def test_both_services_listen_on_the_given_address_only():

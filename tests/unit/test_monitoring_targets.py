@@ -145,3 +145,20 @@ def test_routers_are_targets_of_their_own_that_name_what_they_front():
                                                    "fronts": "chat"}}]
     with pytest.raises(TargetError, match="router host gw3 has no address for its metrics"):
         router_groups([{"host": "gw3", "address": None}])
+
+
+def test_dcgm_exporter_targets_only_when_its_port_is_given_on_every_ranked_node():
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.monitoring.targets import (
+        TargetError,
+        target_groups,
+    )
+
+    plan = lab_plan({"tp": 2})  # node1 and node2 hold ranks, node3 is idle
+    assert not [g for g in target_groups([plan]) if g["labels"]["component"] == "dcgm"]
+    dcgm = {g["labels"]["node"]: g for g in target_groups([plan], 9100, 9400) if g["labels"]["component"] == "dcgm"}
+    assert sorted(dcgm) == ["node1", "node2"]
+    node1 = next(n for n in plan["nodes"] if n["host"] == "node1")
+    assert dcgm["node1"]["targets"] == [f"{node1['address']}:9400"]
+    assert dcgm["node1"]["labels"]["deployment"] == plan["deployment"] and dcgm["node1"]["labels"]["rank"] == "0"
+    with pytest.raises(TargetError, match="DCGM exporter port must be 0 \\(none\\) or 1-65535, got 70000"):
+        target_groups([plan], 9100, 70000)

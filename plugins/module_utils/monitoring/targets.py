@@ -14,6 +14,9 @@ in its own scrape job, ``vllm``, ``node`` or ``ray``, by that label):
 - ``ray``: the metrics agent of every node that runs ``ray start``, on the port of its
   ``--metrics-export-port`` (``ports.ray_metrics_export``, 6384 by default): read from the node's
   ``ray_start_argv``, so a plan without Ray (backend mp) has none, and no backend name is compared.
+- ``dcgm``: NVIDIA's DCGM exporter on every node that holds ranks, when the inventory says its nodes run one
+  (``dcgm_exporter_port``, 0: none; the project does not install it): GPU utilisation, memory, power, XID
+  errors, NVLink counters, with the node's labels.
 - ``router``: vllm-router's own metrics on every host of the router's group (``router_groups``; not from
   a plan: the router fronts deployments, it is none of them), labels ``node``, ``role: router`` and
   ``fronts`` (the deployments it fronts, joined, or ``*`` for every one).
@@ -36,7 +39,7 @@ from __future__ import annotations
 from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.launch.base import VLLM_UNIT
 
-COMPONENTS = ("vllm", "node", "ray", "router")
+COMPONENTS = ("vllm", "node", "ray", "dcgm", "router")
 ROUTER_METRICS_PORT = 29000
 NODE_EXPORTER_PORT = 9100
 RAY_METRICS_FLAG = "--metrics-export-port"
@@ -145,10 +148,17 @@ def deployment_targets(plan, node_exporter_port=NODE_EXPORTER_PORT):
     return groups
 
 
-def target_groups(plans, node_exporter_port=NODE_EXPORTER_PORT):
+def dcgm_groups(plan, port):
+    """DCGM exporter targets of one plan: every node that holds ranks, on ``port``."""
+    return [_group(node["address"], port, "dcgm", _node_labels(plan, node))
+            for node in plan["nodes"] if node.get("ranks")]
+
+
+def target_groups(plans, node_exporter_port=NODE_EXPORTER_PORT, dcgm_exporter_port=0):
     """Prometheus file-SD target groups (``[{targets, labels}]``) of every deployment's plan, in plan order.
 
-    ``plans`` may repeat a deployment's plan (one per host): each deployment is taken once.
+    ``plans`` may repeat a deployment's plan (one per host): each deployment is taken once. ``dcgm_exporter_port``
+    (0: none) adds the DCGM exporter of every ranked node.
     """
     try:
         port = int(node_exporter_port)
@@ -156,7 +166,15 @@ def target_groups(plans, node_exporter_port=NODE_EXPORTER_PORT):
         raise TargetError(f"monitoring targets: the node exporter port must be a number, got {node_exporter_port!r}") from None
     if not 0 < port < 65536:
         raise TargetError(f"monitoring targets: the node exporter port must be 1-65535, got {port}")
-    return [group for plan in unique_plans(plans) for group in deployment_targets(plan, port)]
+    try:
+        dcgm = int(dcgm_exporter_port or 0)
+    except (TypeError, ValueError):
+        raise TargetError(f"monitoring targets: the DCGM exporter port must be a number, got {dcgm_exporter_port!r}") from None
+    if not 0 <= dcgm < 65536:
+        raise TargetError(f"monitoring targets: the DCGM exporter port must be 0 (none) or 1-65535, got {dcgm}")
+    chosen = unique_plans(plans)
+    return ([group for plan in chosen for group in deployment_targets(plan, port)]
+            + ([group for plan in chosen for group in dcgm_groups(plan, dcgm)] if dcgm else []))
 
 
 def router_groups(routers):
