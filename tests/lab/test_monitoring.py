@@ -42,7 +42,7 @@ import yaml
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.profile import bench_argv
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.monitoring import promql
 from test_hardening import connect, connect_from
-from test_router import front_inventory
+from test_router import assert_router_torn_down, front_inventory
 from vlab.machines import SSH_OPTIONS  # lab/lab's own (conftest.py puts lab/ on the path)
 
 # Outside CI's time budget (issue 21): about 18 minutes (1064 s, 1116 s) on the shared lab from the state test_fleet leaves (runtime
@@ -356,9 +356,7 @@ def test_the_lab_is_left_as_test_deploy_leaves_it(fleet):
     stay, as in the image)."""
     lab, _ = fleet
     play(fleet, "playbooks/teardown.yml", timeout=900)
-    gone = lab.ssh(ROUTER_HOST, "test ! -e /etc/systemd/system/vllm-router.service && test ! -e /etc/vllm-router"
-                                " && ! systemctl is-active vllm-router.service", check=False)
-    assert gone.returncode == 0, "teardown.yml left vllm-router's unit, key directory or process on " + ROUTER_HOST
+    assert_router_torn_down(lab)
     for node in REPLICAS:
         lab.ssh(node, "systemctl disable --now prometheus.service prometheus-node-exporter.service")
     lab.ansible_playbook("deploy.yml", "--tags", "firewall", timeout=900)

@@ -36,6 +36,7 @@ from test_router import (
     REPLICAS,
     REPO,
     ROUTER_HOST,
+    assert_router_torn_down,
     changed,
     front_inventory,
     processed,
@@ -273,11 +274,10 @@ def test_a_change_that_makes_vllm_exit_stops_the_roll_at_the_first_server_and_ro
 
 
 def test_the_lab_is_left_as_test_deploy_leaves_it(front):
-    """No vLLM and no router anywhere, the lab inventory's firewall on every node (as test_router.py leaves it)."""
+    """No vLLM and no router anywhere (teardown.yml takes the router down), the lab inventory's firewall on every node."""
     lab, inventory = front
     lab.ansible_playbook("playbooks/teardown.yml", timeout=900, inventory=inventory)
-    lab.ssh(ROUTER_HOST, "systemctl disable --now vllm-router.service && rm -f /etc/systemd/system/vllm-router.service"
-                         " && systemctl daemon-reload")
+    assert_router_torn_down(lab)
     lab.ansible_playbook("deploy.yml", "--tags", "firewall", timeout=900)
     for node in REPLICAS:
         listed_units = lab.ssh(node, "systemctl list-units --state=active --no-legend --plain 'vllm*.service'",

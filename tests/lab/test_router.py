@@ -266,6 +266,13 @@ def test_a_killed_replica_is_taken_out_within_the_health_checks_and_comes_back_t
     assert replica_successes(lab, VICTIM) - before >= 1
 
 
+def assert_router_torn_down(lab) -> None:
+    """After teardown.yml: role vllm_router's teardown left no unit, key directory or process on the router host."""
+    gone = lab.ssh(ROUTER_HOST, "test ! -e /etc/systemd/system/vllm-router.service && test ! -e /etc/vllm-router"
+                                " && ! systemctl is-active vllm-router.service", check=False)
+    assert gone.returncode == 0, "teardown.yml left vllm-router's unit, key directory or process on " + ROUTER_HOST
+
+
 def test_the_lab_is_left_as_test_deploy_leaves_it(front):
     """For the modules after this one: no vLLM and no router anywhere, the lab inventory's firewall on every node.
 
@@ -273,9 +280,7 @@ def test_the_lab_is_left_as_test_deploy_leaves_it(front):
     """
     lab, _ = front
     play(front, "playbooks/teardown.yml", timeout=900)
-    gone = lab.ssh(ROUTER_HOST, "test ! -e /etc/systemd/system/vllm-router.service && test ! -e /etc/vllm-router"
-                                " && ! systemctl is-active vllm-router.service", check=False)
-    assert gone.returncode == 0, "teardown.yml left vllm-router's unit, key directory or process on " + ROUTER_HOST
+    assert_router_torn_down(lab)
     lab.ansible_playbook("deploy.yml", "--tags", "firewall", timeout=900)
     for node in REPLICAS:
         listed = lab.ssh(node, "systemctl list-units --state=active --no-legend --plain 'vllm*.service'", check=False)
