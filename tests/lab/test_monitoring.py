@@ -42,7 +42,7 @@ import yaml
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.profile import bench_argv
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.monitoring import promql
 from test_hardening import connect, connect_from
-from test_router import assert_router_torn_down, front_inventory
+from test_router import assert_router_torn_down, changed, front_inventory, play
 from vlab.machines import SSH_OPTIONS  # lab/lab's own (conftest.py puts lab/ on the path)
 
 # Outside CI's time budget (issue 21): about 18 minutes (1064 s, 1116 s) on the shared lab from the state test_fleet leaves (runtime
@@ -66,7 +66,6 @@ REPLICA_GONE = "VllmApiServerDown"
 # The bounded load: a fixed number of prompts at a fixed rate through the router; it stops by itself.
 LOAD = {"input_len": 32, "output_len": 16, "num_prompts": 60, "request_rate": 4, "max_concurrency": 4, "seed": 0,
         "num_warmups": 0}
-RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 RECOVERY_TIMEOUT_S = 900  # a vLLM start on the lab's two shared cores
 
 
@@ -93,22 +92,6 @@ def fleet(started, shared_lab, tiny_model, tmp_path_factory):
     hosts["all"]["children"]["vllm_monitor"] = {"hosts": {MONITOR: None}}
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
     return lab, inventory
-
-
-def play(fleet, playbook, *args, timeout=2400):
-    lab, inventory = fleet
-    began = time.monotonic()
-    result = lab.ansible_playbook(playbook, *args, timeout=timeout, inventory=inventory)
-    took = time.monotonic() - began
-    logs = inventory.parent / "logs"
-    logs.mkdir(exist_ok=True)
-    (logs / f"{len(list(logs.iterdir())):02d}-{Path(playbook).stem}.log").write_text(result.stdout)
-    print(f"{playbook} {' '.join(args)}: {took:.0f} s")
-    return result
-
-
-def changed(output: str) -> dict[str, int]:
-    return {host: int(count) for host, _, count, _, _ in RECAP.findall(output)}
 
 
 @pytest.fixture(scope="module")

@@ -83,11 +83,14 @@ def front_inventory(lab, tmp_path_factory):
 
 
 def play(front, playbook, *args, timeout=2400):
+    """Run a playbook on the lab with this inventory; its output kept under logs/, its time printed."""
     lab, inventory = front
+    began = time.monotonic()
     result = lab.ansible_playbook(playbook, *args, timeout=timeout, inventory=inventory)
     logs = inventory.parent / "logs"
     logs.mkdir(exist_ok=True)
     (logs / f"{len(list(logs.iterdir())):02d}-{Path(playbook).stem}.log").write_text(result.stdout)
+    print(f"{playbook} {' '.join(args)}: {time.monotonic() - began:.0f} s")
     return result
 
 
