@@ -154,24 +154,26 @@ def dcgm_groups(plan, port):
             for node in plan["nodes"] if node.get("ranks")]
 
 
+def _port(value, what, none_allowed):
+    """``value`` as a port number (0 too when ``none_allowed``: the exporter is absent), else a TargetError."""
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        raise TargetError(f"monitoring targets: the {what} port must be a number, got {value!r}") from None
+    if not (0 if none_allowed else 1) <= port < 65536:
+        allowed = "0 (none) or 1-65535" if none_allowed else "1-65535"
+        raise TargetError(f"monitoring targets: the {what} port must be {allowed}, got {port}")
+    return port
+
+
 def target_groups(plans, node_exporter_port=NODE_EXPORTER_PORT, dcgm_exporter_port=0):
     """Prometheus file-SD target groups (``[{targets, labels}]``) of every deployment's plan, in plan order.
 
     ``plans`` may repeat a deployment's plan (one per host): each deployment is taken once. ``dcgm_exporter_port``
     (0: none) adds the DCGM exporter of every ranked node.
     """
-    try:
-        port = int(node_exporter_port)
-    except (TypeError, ValueError):
-        raise TargetError(f"monitoring targets: the node exporter port must be a number, got {node_exporter_port!r}") from None
-    if not 0 < port < 65536:
-        raise TargetError(f"monitoring targets: the node exporter port must be 1-65535, got {port}")
-    try:
-        dcgm = int(dcgm_exporter_port or 0)
-    except (TypeError, ValueError):
-        raise TargetError(f"monitoring targets: the DCGM exporter port must be a number, got {dcgm_exporter_port!r}") from None
-    if not 0 <= dcgm < 65536:
-        raise TargetError(f"monitoring targets: the DCGM exporter port must be 0 (none) or 1-65535, got {dcgm}")
+    port = _port(node_exporter_port, "node exporter", none_allowed=False)
+    dcgm = _port(dcgm_exporter_port or 0, "DCGM exporter", none_allowed=True)
     chosen = unique_plans(plans)
     return ([group for plan in chosen for group in deployment_targets(plan, port)]
             + ([group for plan in chosen for group in dcgm_groups(plan, dcgm)] if dcgm else []))
