@@ -2,7 +2,8 @@
 
 The layout is test_router's: one deployment of the lab's tiny Llama, `vllm_cluster_tp: 1`, `vllm_cluster_dp: 3`
 on node1, node2 and node3 (a dense model: three independent servers, one replica each), vllm-router on node1 in
-front of them. playbooks/monitoring.yml puts node exporter on every node and Prometheus on node3 (the inventory's
+front of them; handed on by the run's front module before this one (conftest FRONT_MODULES; deploy.yml and
+router.yml then change nothing), or deployed here when this module runs alone. playbooks/monitoring.yml puts node exporter on every node and Prometheus on node3 (the inventory's
 group vllm_monitor). Debian's `prometheus` and `prometheus-node-exporter` are in the lab's node image
 (lab/vlab/rootfs.py), disabled, since the nodes cannot reach a mirror: the role's `apt: state=present` finds them
 and the role is the one that configures, enables and starts them.

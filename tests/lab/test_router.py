@@ -13,8 +13,9 @@ router's `vllm_router_processed_requests_total` per worker); the key is in no `p
 and nowhere in Ansible's output (the second router run at -vv). Failover: under a bounded `vllm bench serve` through
 the router (a fixed number of prompts, it stops by itself), SIGKILL of node2's vLLM: the failed requests are
 counted (at most the ones in flight), the router marks node2 unhealthy within its health checks and sends it
-nothing more, systemd restarts it, and it is back in the router and serving requests. The last test leaves the
-lab as test_deploy leaves it (no vLLM, no router, the lab inventory's firewall).
+nothing more, systemd restarts it, and it is back in the router and serving requests. The last test hands the
+front on to the run's next front module (conftest FRONT_MODULES: test_scale_replicas in CI) or leaves the lab as
+test_deploy leaves it (no vLLM, no router, the lab inventory's firewall).
 
 What could make it fail: a planner that keeps vLLM's internal DP (one API server, node2 and node3 headless: the
 router would list one worker), a verify or smoke test that only asks node rank 0, router workers that miss a
@@ -35,8 +36,9 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.profile import bench_argv
+from conftest import FRONT_MODULES, next_lab_module
 
-pytestmark = [pytest.mark.lab_extended, pytest.mark.lab, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME_PYTHON = REPO / ".venv-runtime" / "bin" / "python"  # has the openai client (requirements/runtime.lock)
@@ -276,12 +278,34 @@ def assert_router_torn_down(lab) -> None:
     assert gone.returncode == 0, "teardown.yml left vllm-router's unit, key directory or process on " + ROUTER_HOST
 
 
-def test_the_lab_is_left_as_test_deploy_leaves_it(front):
-    """For the modules after this one: no vLLM and no router anywhere, the lab inventory's firewall on every node.
+def workers_listed(lab) -> list[str]:
+    """The router's own worker list, asked on the router host (its admin endpoints take no key)."""
+    shown = lab.ssh(ROUTER_HOST, f"curl -sf --max-time 5 http://127.0.0.1:{ROUTER_PORT}/list_workers",
+                    check=False).stdout
+    try:
+        return sorted(json.loads(shown)["urls"])
+    except (ValueError, KeyError):
+        return []
 
-    teardown.yml takes the router down first (role vllm_router's teardown: its unit and key directory gone).
+
+def leave_front(front, request) -> None:
+    """The end of a front module (conftest FRONT_MODULES): hand the front on, or leave the lab as test_deploy does.
+
+    When the run's next module is of the front family, the three replicas and the router stay for it, checked:
+    every replica's vllm.service and the router active, and the router listing the three workers. Otherwise:
+    no vLLM and no router anywhere, the lab inventory's firewall on every node; teardown.yml takes the router
+    down first (role vllm_router's teardown: its unit and key directory gone).
     """
     lab, _ = front
+    following = next_lab_module(request)
+    if following in FRONT_MODULES:
+        for node in REPLICAS:
+            assert lab.ssh(node, "systemctl is-active vllm.service", check=False).stdout.strip() == "active", node
+        assert lab.ssh(ROUTER_HOST, "systemctl is-active vllm-router.service", check=False).stdout.strip() == "active"
+        urls = sorted(f"http://{lab.fabric_address(node)}:8000" for node in REPLICAS)
+        assert workers_listed(lab) == urls, f"the router does not list the three replicas: {workers_listed(lab)}"
+        print(f"the front (three replicas and the router) handed on to {following}")
+        return
     play(front, "playbooks/teardown.yml", timeout=900)
     assert_router_torn_down(lab)
     lab.ansible_playbook("deploy.yml", "--tags", "firewall", timeout=900)
@@ -290,3 +314,8 @@ def test_the_lab_is_left_as_test_deploy_leaves_it(front):
         active = [line.split()[0] for line in listed.stdout.splitlines()
                   if line.strip() and line.split()[0] != "vllm-cluster-firewall.service"]
         assert active == [], f"{node}: {listed.stdout}"
+
+
+def test_the_front_is_handed_on_or_the_lab_is_left_as_test_deploy_leaves_it(front, request):
+    """For the modules after this one (leave_front)."""
+    leave_front(front, request)

@@ -1,16 +1,18 @@
-"""Adding and removing a replica behind the router leaves the other replicas serving (runbooks add-replica.md and
-drain-node.md, issue 18).
+"""Removing and adding a replica behind the router leaves the other replicas serving (runbooks drain-node.md and
+add-replica.md, issue 18).
 
-Two independent TP=1 replicas of the lab's tiny Llama (node1, node2) behind vllm-router on node1, test_router.py's
-inventory with node3 left out. Then node3 joins the group and `vllm_cluster_dp` goes to 3: deploy.yml starts vLLM
-on node3 only (node1's and node2's vLLM keep their process: same MainPID, same NRestarts), and the project's module
-`router_worker`, run ad hoc on the router host as the runbook says, puts node3 into the router, which then sends it
-requests. Then the drain: `router_worker state=absent` takes node3 out of the router (node1 and node2 serve every
-request after it), `systemctl stop` ends it, and teardown.yml --limit node3 removes it, with node1 and node2 still
-on their first process. The last test leaves the lab as test_deploy leaves it.
+test_router.py's front: three independent TP=1 replicas of the lab's tiny Llama (node1, node2, node3) behind
+vllm-router on node1, as test_router hands it on in a run (conftest FRONT_MODULES), or deployed here when this
+module runs alone (deploy.yml and router.yml, both idempotent). First the drain: the project's module
+`router_worker`, run ad hoc on the router host as the runbook says, takes node3 out of the router (node1 and node2
+serve every request after it), `systemctl stop` ends it, teardown.yml --limit node3 removes it and deploy.yml with
+node3 out of the group changes nothing on node1 and node2 (same MainPID). Then node3 joins the group again and
+`vllm_cluster_dp` goes back to 3: deploy.yml starts vLLM on node3 only (node1's and node2's vLLM keep their
+process: same MainPID, same NRestarts), `router_worker state=present` puts node3 into the router, which then sends
+it requests. The last test hands the front on, or leaves the lab as test_deploy leaves it (test_router.leave_front).
 
-What could make it fail: vllm_service stopping every server of a deployment when one is added (what it did before),
-a router that does not take or drop a worker, a new server the router never sends to.
+What could make it fail: vllm_service stopping every server of a deployment when one is added or removed (what it
+did before), a router that does not take or drop a worker, a new server the router never sends to.
 """
 
 from __future__ import annotations
@@ -21,19 +23,20 @@ import pytest
 import yaml
 from conftest import CONTROLLER_BIN
 from test_router import (
-    DEPLOYMENT,
+    REPLICAS,
     REPO,
     ROUTER_HOST,
     ROUTER_PORT,
     front_inventory,
+    leave_front,
     openai_through_router,
     play,
 )
 from test_router import processed as router_processed
 
-pytestmark = [pytest.mark.lab_extended, pytest.mark.lab, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
 
-FIRST, ADDED = ("node1", "node2"), "node3"
+FIRST, ADDED = ("node1", "node2"), "node3"  # node3 is drained, then added again
 
 
 def set_replicas(inventory, hosts, members):
@@ -49,12 +52,13 @@ def set_replicas(inventory, hosts, members):
 
 @pytest.fixture(scope="module")
 def front(shared_lab, tiny_model, tmp_path_factory):
+    """The three replicas and the router: as handed on (both playbooks change nothing then), or deployed here."""
     lab, inventory = front_inventory(shared_lab, tmp_path_factory)
     listing = yaml.safe_load((inventory / "hosts.yml").read_text())
     members = dict(listing["all"]["children"]["vllm_nodes"]["children"]["replicas"]["hosts"])
-    set_replicas(inventory, FIRST, members)
     play((lab, inventory), "deploy.yml")
     play((lab, inventory), "playbooks/router.yml")
+    assert f"{lab.fabric_address(ADDED)}:8000" in listed(lab)
     return lab, inventory, members
 
 
@@ -78,6 +82,24 @@ def listed(lab):
     return lab.ssh(ROUTER_HOST, f"curl -sf --max-time 5 http://127.0.0.1:{ROUTER_PORT}/list_workers").stdout
 
 
+def test_a_drained_replica_leaves_the_router_and_is_removed_while_the_others_serve(front):
+    lab, inventory, members = front
+    before = {node: process(lab, node) for node in FIRST}
+    assert all(p["ActiveState"] == "active" for p in before.values()), before
+    url = router_worker(lab, inventory, ADDED, "absent")
+    assert url not in listed(lab)
+    counted = router_processed(lab).get(url, 0.0)
+    openai_through_router(lab, 6)
+    assert router_processed(lab).get(url, 0.0) == counted  # nothing more for the drained replica
+    lab.ssh(ADDED, "systemctl stop vllm.service")
+    play((lab, inventory), "playbooks/teardown.yml", "--limit", ADDED)
+    set_replicas(inventory, FIRST, members)
+    out = play((lab, inventory), "deploy.yml").stdout
+    assert {node: process(lab, node) for node in FIRST} == before, out[-3000:]
+    assert lab.ssh(ADDED, "systemctl is-active vllm.service", check=False).stdout.strip() != "active"
+    assert openai_through_router(lab, 4)
+
+
 def test_a_replica_added_starts_alone_and_joins_the_router(front):
     lab, inventory, members = front
     before = {node: process(lab, node) for node in FIRST}
@@ -98,27 +120,9 @@ def test_a_replica_added_starts_alone_and_joins_the_router(front):
     assert router_processed(lab).get(url, 0.0) - counted >= 1, router_processed(lab)
 
 
-def test_a_drained_replica_leaves_the_router_and_is_removed_while_the_others_serve(front):
-    lab, inventory, members = front
-    before = {node: process(lab, node) for node in FIRST}
-    url = router_worker(lab, inventory, ADDED, "absent")
-    assert url not in listed(lab)
-    counted = router_processed(lab).get(url, 0.0)
-    openai_through_router(lab, 6)
-    assert router_processed(lab).get(url, 0.0) == counted  # nothing more for the drained replica
-    lab.ssh(ADDED, "systemctl stop vllm.service")
-    play((lab, inventory), "playbooks/teardown.yml", "--limit", ADDED)
-    set_replicas(inventory, FIRST, members)
-    out = play((lab, inventory), "deploy.yml").stdout
-    assert {node: process(lab, node) for node in FIRST} == before, out[-3000:]
-    assert openai_through_router(lab, 4)
-
-
-def test_the_lab_is_left_as_test_deploy_leaves_it(front):
-    """No vLLM and no router anywhere (node3 went in the drain), the lab inventory's firewall on every node."""
+def test_the_front_is_handed_on_or_the_lab_is_left_as_test_deploy_leaves_it(front, request):
+    """node3 is back: the front as test_router handed it on (test_router.leave_front)."""
     lab, inventory, _ = front
-    play((lab, inventory), "playbooks/teardown.yml")
-    lab.ansible_playbook("deploy.yml", "--tags", "firewall", timeout=900)
-    for node in (*FIRST, ADDED):
-        active = lab.ssh(node, "systemctl is-active vllm.service vllm-router.service", check=False).stdout.split()
-        assert "active" not in active, f"{node} ({DEPLOYMENT}): {active}"
+    assert tuple(sorted(yaml.safe_load((inventory / "hosts.yml").read_text())["all"]["children"]["vllm_nodes"]
+                        ["children"]["replicas"]["hosts"])) == REPLICAS
+    leave_front((lab, inventory), request)
