@@ -59,6 +59,7 @@ CONTROLLER_BIN = REPO / ".venv" / "bin"
 UP_TIMEOUT_S = 900  # a fresh machine first builds the node image (about 2 minutes here)
 DOWN_TIMEOUT_S = 300
 sys.path.insert(0, str(REPO / "lab"))
+from lab_order import LAST, MODULE_ORDER  # noqa: E402  (the modules' order in a run: tests/lab/lab_order.py)
 from vlab.inventory import api_key_path, fact_cache  # noqa: E402  (each lab's own Ansible fact cache)
 from vlab.machines import SSH_OPTIONS  # noqa: E402  (the options lab/lab itself uses)
 
@@ -233,20 +234,7 @@ def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
         yield handle
 
 
-# The lab modules' order in a run: the own-lab modules first, then the shared lab's
-# users, from the module that installs and deploys to Molecule, whose destroy ends it.
-# The front family (FRONT_MODULES) runs back to back: each hands the deployed three replicas and the
-# router on to the next one of the family in the run, and the last of the family in the run tears them
-# down (test_router.leave_front; test_monitoring, the family's last, always tears down, Prometheus too), so
-# a run deploys the front once instead of once per module.
-FRONT_MODULES = ("test_router.py", "test_scale_replicas.py", "test_monitoring.py")
-MODULE_ORDER = ("test_lab.py", "test_faults_preflight_network.py", "test_deploy.py", "test_collection.py",
-                "test_self_healing.py", "test_fleet.py", *FRONT_MODULES, "test_rolling_change.py",
-                "test_benchmark.py", "test_doctor.py", "test_hardening.py",
-                "test_runtime_ray.py", "test_ray_backend.py", "test_doctor_ray.py", "test_molecule.py")
-LAST = MODULE_ORDER.index("test_molecule.py")  # Molecule's destroy ends the shared lab: nothing may follow it
-
-
+# The modules run in MODULE_ORDER (lab_order.py: the shared lab's users, the front family back to back).
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> tuple[int, int]:
         path = Path(str(item.fspath))
@@ -255,18 +243,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         name = path.name
         return (1, MODULE_ORDER.index(name) if name in MODULE_ORDER else LAST - 0.5)  # a new module: before it
     items.sort(key=rank)  # stable: the order inside a module stays
-
-
-def next_lab_module(request: pytest.FixtureRequest) -> str | None:
-    """The file name of the next module this run runs after the requesting test's module (None: it is the last).
-
-    Read from the session's items, which are the tests selected to run (after `-m`, `-k` and the sort above).
-    """
-    items = request.session.items
-    here = Path(str(request.node.fspath))
-    position = next(i for i, item in enumerate(items) if item.nodeid == request.node.nodeid)
-    return next((Path(str(item.fspath)).name for item in items[position + 1:] if Path(str(item.fspath)) != here),
-                None)
 
 
 @pytest.fixture(scope="session")

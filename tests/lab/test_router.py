@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.profile import bench_argv
-from conftest import FRONT_MODULES, next_lab_module
+from lab_order import FRONT_MODULES, next_lab_module
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
 
