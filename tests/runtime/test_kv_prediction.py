@@ -11,6 +11,7 @@ from shapes against real transformers weights, and the pipeline split against
 vLLM's own ``get_pp_indices``.
 """
 
+import concurrent.futures
 import json
 import os
 import queue
@@ -184,12 +185,47 @@ def assert_plan_predicts(plan, line, tokens):
     assert line == plan["expect"]["engines"][0]["kv_line"]
 
 
-@pytest.mark.parametrize(("tp", "max_model_len"), [(1, 1000), (2, 512)])
-def test_kv_tokens_equal_vllms_report(runtime_python, tiny_llama, tmp_path, tp, max_model_len):
-    path, _ = tiny_llama
-    plan = cpu_plan(path, max_model_len, tp)
+# The servers this module starts, two at a time (`served`): a start is mostly three processes importing torch and
+# vLLM one after the other, so two starts side by side on two cores took 49 s where one took 41 s.
+PARALLEL_SERVERS = 2
 
-    lines = serve_until_kv_line(runtime_python, plan, tmp_path / "vllm-cache")
+
+@pytest.fixture(scope="module")
+def served(runtime_python, tiny_llama, tmp_path_factory):
+    """name -> (model path, plan, log lines up to the KV line) for every server the tests below compare."""
+    llama, _ = tiny_llama
+    models = tmp_path_factory.mktemp("served-models")
+    build_tiny(runtime_python, "qwen3_moe", models / "tiny-qwen3-moe")
+    build_tiny(runtime_python, "gemma3", models / "tiny-gemma3", "--layers", str(GEMMA3_LAYERS),
+               "--sliding-window", str(GEMMA3_WINDOW), "--sliding-pattern", "3")
+    wanted = {
+        "llama-tp1": (llama, 1000, 1, None),
+        "llama-tp2": (llama, 512, 2, None),
+        "llama-fp8": (llama, 1000, 1, "fp8"),
+        "qwen3-moe": (models / "tiny-qwen3-moe", 1000, 1, None),
+        "gemma3": (models / "tiny-gemma3", GEMMA3_MAX_MODEL_LEN, 1, None),
+    }
+    plans, ports = {}, set()
+    for name, (path, max_model_len, tp, kv_cache_dtype) in wanted.items():
+        plan = cpu_plan(path, max_model_len, tp, kv_cache_dtype)
+        while plan["ports"]["api"] in ports:  # free_port() may hand out a port a plan above already holds
+            plan = cpu_plan(path, max_model_len, tp, kv_cache_dtype)
+        ports.add(plan["ports"]["api"])
+        plans[name] = (path, plan)
+
+    def serve(name):
+        work = tmp_path_factory.mktemp(name)
+        return serve_until_kv_line(runtime_python, plans[name][1], work / "vllm-cache", work / "server.log")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=PARALLEL_SERVERS) as pool:
+        lines = dict(zip(plans, pool.map(serve, plans), strict=True))
+    return {name: (path, plan, lines[name]) for name, (path, plan) in plans.items()}
+
+
+@pytest.mark.parametrize(("tp", "max_model_len"), [(1, 1000), (2, 512)])
+def test_kv_tokens_equal_vllms_report(served, tp, max_model_len):
+    _, plan, lines = served[f"llama-tp{tp}"]
+    assert (plan["tp"], plan["targets"]["max_model_len"]) == (tp, max_model_len)
     line, tokens = reported_kv(lines)
     assert_plan_predicts(plan, line, tokens)
 
@@ -205,27 +241,22 @@ def test_kv_tokens_equal_vllms_report(runtime_python, tiny_llama, tmp_path, tp, 
             assert f"({row['process']} pid=" in log
 
 
-def test_fp8_kv_cache_doubles_the_tokens_as_vllm_reports(runtime_python, tiny_llama, tmp_path):
+def test_fp8_kv_cache_doubles_the_tokens_as_vllm_reports(served):
     """--kv-cache-dtype fp8 on the CPU platform (AVX-512 or AMX; head_dim 32): one byte per value, exactly."""
-    path, _ = tiny_llama
-    plan = cpu_plan(path, 1000, 1, kv_cache_dtype="fp8")
+    path, plan, lines = served["llama-fp8"]
     argv = plan["nodes"][0]["argv"]
     assert argv[argv.index("--kv-cache-dtype") + 1] == "fp8"
     assert plan["memory"]["kv_cache_tokens"] == 2 * cpu_plan(path, 1000, 1)["memory"]["kv_cache_tokens"]
 
-    lines = serve_until_kv_line(runtime_python, plan, tmp_path / "vllm-cache")
     line, tokens = reported_kv(lines)
     assert_plan_predicts(plan, line, tokens)
 
 
-def test_moe_kv_tokens_equal_vllms_report(runtime_python, tmp_path):
+def test_moe_kv_tokens_equal_vllms_report(served):
     """A Qwen3-MoE (4 experts, top-2, layer 0 dense): the experts change the weights, not the KV cache."""
-    path = tmp_path / "tiny-qwen3-moe"
-    build_tiny(runtime_python, "qwen3_moe", path)
-    plan = cpu_plan(path, 1000, 1)
+    _, plan, lines = served["qwen3-moe"]
     assert plan["model"]["is_moe"] and plan["model"]["moe_layers"] == 3
 
-    lines = serve_until_kv_line(runtime_python, plan, tmp_path / "vllm-cache", tmp_path / "server.log")
     line, tokens = reported_kv(lines)
     assert_plan_predicts(plan, line, tokens)
 
@@ -256,17 +287,13 @@ def vllm_hybrid_kv(layer_types, window, page_bytes, max_model_len, kv_bytes, in_
     return int(concurrency * max_model_len), concurrency
 
 
-def test_hybrid_sliding_window_kv_tokens_equal_vllms_report(runtime_python, tmp_path):
+def test_hybrid_sliding_window_kv_tokens_equal_vllms_report(served):
     """Gemma-3's sliding layers hold at most window + one batch of tokens per request, in groups of their own."""
-    path = tmp_path / "tiny-gemma3"
-    build_tiny(runtime_python, "gemma3", path, "--layers", str(GEMMA3_LAYERS),
-               "--sliding-window", str(GEMMA3_WINDOW), "--sliding-pattern", "3")
+    path, plan, lines = served["gemma3"]
     config = json.loads((path / "config.json").read_text())
     assert config["layer_types"].count("full_attention") == 2 and config["sliding_window"] == GEMMA3_WINDOW
-    plan = cpu_plan(path, GEMMA3_MAX_MODEL_LEN, 1)
     assert "--max-num-batched-tokens" not in plan["nodes"][0]["argv"]  # vLLM's CPU default is the in-flight bound
 
-    lines = serve_until_kv_line(runtime_python, plan, tmp_path / "vllm-cache", tmp_path / "server.log")
     line, tokens = reported_kv(lines)
     page = CPU_BLOCK * 2 * 2 * 32 * 2  # K and V, 2 heads of 32, bfloat16
     expected_tokens, expected_concurrency = vllm_hybrid_kv(
