@@ -35,13 +35,13 @@ from test_router import (
     DEPLOYMENT,
     REPLICAS,
     REPO,
-    ROUTER_HOST,
     assert_router_torn_down,
     changed,
     front_inventory,
     processed,
     router_url,
 )
+from test_router import workers_listed as listed  # the router's own worker list, sorted
 
 pytestmark = [pytest.mark.lab_extended, pytest.mark.lab, pytest.mark.timeout(3600)]
 
@@ -62,15 +62,6 @@ def play(front, *args, check=True, timeout=2400):
     (logs / f"{len(list(logs.iterdir())):02d}-roll.log").write_text(result.stdout)
     print(f"deploy.yml {' '.join(args)}: exit {result.returncode} in {time.monotonic() - started:.0f} s")
     return result
-
-
-def listed(lab) -> list[str]:
-    """The router's own worker list, asked on the router host (its admin endpoints take no key)."""
-    shown = lab.ssh(ROUTER_HOST, "curl -sf --max-time 5 http://127.0.0.1:8080/list_workers", check=False).stdout
-    try:
-        return sorted(json.loads(shown)["urls"])
-    except (ValueError, KeyError):
-        return []
 
 
 def worker(lab, node: str) -> str:
