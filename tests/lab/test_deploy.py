@@ -294,13 +294,17 @@ def test_an_eager_first_rollout_is_refused_for_pp_on_cpu(lab, first_deploy):
 
 @extended
 def test_dense_dp2(lab, first_deploy):
+    """A dense model's DP=2 is two independent servers (plan data_parallel.mode independent, issue 18): node1 and
+    node2 each run their own API server with one engine, vLLM given TP=1 PP=1 DP=1, no --data-parallel-*."""
     result = lab.ansible_playbook("deploy.yml", *DENSE_DP2, *VLLM_AND_VERIFY, timeout=1200)
     lines = table(result.stdout)
     assert lines[0].startswith("vLLM runs as planned: dp_replicas (mp) TP=1 PP=1 DP=2")
-    assert row(lines, "node1", "KV tokens EngineCore_DP0")[:2] == ["1,048,576 (exact)",
-                                                                   "1,048,576 (2048.00x at 512)"]
-    assert row(lines, "node2", "KV tokens EngineCore_DP1")[:2] == ["1,048,576 (exact)",
-                                                                   "1,048,576 (2048.00x at 512)"]
+    assert row(lines, "node2", "role")[:2] == ["API server (independent replica)", "API server on http://0.0.0.0:8000"]
+    for node in ("node1", "node2"):
+        assert row(lines, node, "KV tokens EngineCore")[:2] == ["1,048,576 (exact)", "1,048,576 (2048.00x at 512)"]
+        assert row(lines, node, "sizes vLLM was given")[:2] == ["TP=1 PP=1 DP=1", "TP=1 PP=1 DP=1"]
+        exec_line = lab.ssh(node, "grep ^ExecStart= /etc/systemd/system/vllm.service").stdout
+        assert "--data-parallel" not in exec_line and "--headless" not in exec_line, (node, exec_line)
     assert row(lines, "all", "every rank once per replica (x2)")[:2] == ["0,0", "0,0"]
 
 
