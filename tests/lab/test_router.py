@@ -46,6 +46,8 @@ DEPLOYMENT = "lab-tiny-llama"
 REPLICAS = ("node1", "node2", "node3")
 ROUTER_HOST = "node1"
 ROUTER_PORT = 8080
+# The runbooks' command word for word (test_doctor_runbooks checks they only run what the project runs).
+LIST_WORKERS = "curl -sf --max-time 5 http://127.0.0.1:8080/list_workers"
 ROUTER_METRICS_PORT = 29000
 HEALTH_INTERVAL_S, HEALTH_TIMEOUT_S, FAILURE_THRESHOLD = 5, 3, 2  # the role's defaults
 VICTIM = "node2"
@@ -280,8 +282,7 @@ def assert_router_torn_down(lab) -> None:
 
 def workers_listed(lab) -> list[str]:
     """The router's own worker list, asked on the router host (its admin endpoints take no key)."""
-    shown = lab.ssh(ROUTER_HOST, f"curl -sf --max-time 5 http://127.0.0.1:{ROUTER_PORT}/list_workers",
-                    check=False).stdout
+    shown = lab.ssh(ROUTER_HOST, LIST_WORKERS, check=False).stdout
     try:
         return sorted(json.loads(shown)["urls"])
     except (ValueError, KeyError):

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from conftest import CONTROLLER_BIN
 from test_router import (
+    LIST_WORKERS,
     REPLICAS,
     REPO,
     ROUTER_HOST,
@@ -79,7 +80,7 @@ def router_worker(lab, inventory, node, state):
 
 
 def listed(lab):
-    return lab.ssh(ROUTER_HOST, f"curl -sf --max-time 5 http://127.0.0.1:{ROUTER_PORT}/list_workers").stdout
+    return lab.ssh(ROUTER_HOST, LIST_WORKERS).stdout
 
 
 def test_a_drained_replica_leaves_the_router_and_is_removed_while_the_others_serve(front):
