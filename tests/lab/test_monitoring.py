@@ -43,7 +43,7 @@ import yaml
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.profile import bench_argv
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.monitoring import promql
 from test_hardening import connect, connect_from
-from test_router import assert_router_torn_down, changed, front_inventory, play
+from test_router import assert_no_unit_active, assert_router_torn_down, changed, front_inventory, play
 from vlab.machines import SSH_OPTIONS  # lab/lab's own (conftest.py puts lab/ on the path)
 
 # In CI (issue 21): 449 s after test_scale_replicas handed the front on (2026-12-03, lab l1), where it used to
@@ -349,9 +349,4 @@ def test_the_lab_is_left_as_test_deploy_leaves_it(fleet):
     for node in REPLICAS:
         lab.ssh(node, "systemctl disable --now prometheus.service prometheus-node-exporter.service")
     lab.ansible_playbook("deploy.yml", "--tags", "firewall", timeout=900)
-    for node in REPLICAS:
-        listed = lab.ssh(node, "systemctl list-units --state=active --no-legend --plain 'vllm*.service' "
-                               "'prometheus*.service'", check=False)
-        active = [line.split()[0] for line in listed.stdout.splitlines()
-                  if line.strip() and line.split()[0] != "vllm-cluster-firewall.service"]
-        assert active == [], f"{node}: {listed.stdout}"
+    assert_no_unit_active(lab, "vllm*.service", "prometheus*.service")

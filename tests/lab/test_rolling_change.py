@@ -35,6 +35,7 @@ from test_router import (
     DEPLOYMENT,
     REPLICAS,
     REPO,
+    assert_no_unit_active,
     assert_router_torn_down,
     changed,
     front_inventory,
@@ -270,9 +271,4 @@ def test_the_lab_is_left_as_test_deploy_leaves_it(front):
     lab.ansible_playbook("playbooks/teardown.yml", timeout=900, inventory=inventory)
     assert_router_torn_down(lab)
     lab.ansible_playbook("deploy.yml", "--tags", "firewall", timeout=900)
-    for node in REPLICAS:
-        listed_units = lab.ssh(node, "systemctl list-units --state=active --no-legend --plain 'vllm*.service'",
-                               check=False)
-        active = [line.split()[0] for line in listed_units.stdout.splitlines()
-                  if line.strip() and line.split()[0] != "vllm-cluster-firewall.service"]
-        assert active == [], f"{node}: {listed_units.stdout}"
+    assert_no_unit_active(lab, "vllm*.service")

@@ -310,11 +310,17 @@ def leave_front(front, request) -> None:
     play(front, "playbooks/teardown.yml", timeout=900)
     assert_router_torn_down(lab)
     lab.ansible_playbook("deploy.yml", "--tags", "firewall", timeout=900)
+    assert_no_unit_active(lab, "vllm*.service")
+
+
+def assert_no_unit_active(lab, *patterns: str) -> None:
+    """No unit matching the patterns active on any replica node; the lab firewall's own unit is meant to run."""
+    quoted = " ".join(f"'{pattern}'" for pattern in patterns)
     for node in REPLICAS:
-        listed = lab.ssh(node, "systemctl list-units --state=active --no-legend --plain 'vllm*.service'", check=False)
-        active = [line.split()[0] for line in listed.stdout.splitlines()
+        shown = lab.ssh(node, f"systemctl list-units --state=active --no-legend --plain {quoted}", check=False)
+        active = [line.split()[0] for line in shown.stdout.splitlines()
                   if line.strip() and line.split()[0] != "vllm-cluster-firewall.service"]
-        assert active == [], f"{node}: {listed.stdout}"
+        assert active == [], f"{node}: {shown.stdout}"
 
 
 def test_the_front_is_handed_on_or_the_lab_is_left_as_test_deploy_leaves_it(front, request):
