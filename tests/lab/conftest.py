@@ -71,6 +71,9 @@ class Lab:
         self.name = name
         self.node_count = nodes
         self.record: dict = {}
+        # (arguments, stdout + stderr) of every playbook run on this lab in this pytest session, first to last:
+        # test_hardening reads them all for the API key, the first deploy.yml (which writes the key) included.
+        self.playbook_outputs: list[tuple[str, str]] = []
 
     # --- lifecycle ------------------------------------------------------------
     def run(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -158,6 +161,7 @@ class Lab:
         argv = [str(CONTROLLER_BIN / "ansible-playbook"), "-i", str(inventory or self.inventory), playbook, *args]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
                               cwd=REPO, env=self.ansible_env())
+        self.playbook_outputs.append((shlex.join([playbook, *args]), proc.stdout + proc.stderr))
         if check and proc.returncode != 0:
             raise AssertionError(f"`{shlex.join(argv)}` exited {proc.returncode}:\n{failure_excerpt(proc.stdout)}\n"
                                  f"{proc.stderr[-4000:]}")

@@ -7,7 +7,10 @@ management network) and, with node_firewall_cluster_scope=plan, node3.
 
 Order (the default deployment as test_self_healing leaves it, or one deploy.yml;
 state reused): the key (401/200), the firewall from outside and inside, a re-run
-that changes nothing (the unit's start time stays), SIGKILL of the head's vLLM, a
+that changes nothing (the unit's start time stays), no key anywhere (ps and the
+journal on every node, and the output of every playbook run on this lab in this
+pytest session, `Lab.playbook_outputs`, the run that wrote the key file among
+them), SIGKILL of the head's vLLM, a
 reboot of the head's machine, then the bad change that must roll back. The bad
 change is `vllm_cluster_load_format=pt` (the model
 directory holds only safetensors, so every rank fails at weight loading): a
@@ -22,7 +25,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -47,6 +49,9 @@ MASTER_PORT = 29501
 PROTECTED_PROBES = (6379, 8265, 10001, 10500, 40000)
 # vLLM's start on the lab's two shared cores: the restart delay (10 s) plus a start.
 RECOVERY_TIMEOUT_S = 900
+# roles/vllm_service/tasks/configure.yml: the one task that writes the key file (with the unit and the environment).
+KEY_WRITING_TASK = ("vllm_ops.cluster.vllm_service : "
+                    "Write vLLM's unit, environment, API key, plan and watchers from the plan")
 
 
 @pytest.fixture(scope="module")
@@ -54,30 +59,14 @@ def lab(shared_lab):
     return shared_lab
 
 
-class Outputs:
-    """Everything Ansible printed in this module (the key must never be in it)."""
-
-    def __init__(self) -> None:
-        self.texts: list[tuple[str, str]] = []
-
-    def add(self, what: str, proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-        self.texts.append((what, proc.stdout + proc.stderr))
-        return proc
-
-
 @pytest.fixture(scope="module")
-def ansible_outputs():
-    return Outputs()
-
-
-@pytest.fixture(scope="module")
-def deployed(lab, tiny_model, ansible_outputs):
+def deployed(lab, tiny_model):
     """The lab's default deployment: taken as it is when it answers (test_self_healing runs just before and leaves
     it), else deploy.yml once; afterwards, whatever happened, the default is back."""
     started = time.monotonic()
     try:
         if not default_deployment_answers(lab):
-            ansible_outputs.add("deploy.yml", lab.ansible_playbook("deploy.yml", timeout=2400))
+            lab.ansible_playbook("deploy.yml", timeout=2400)
             print(f"deploy.yml took {time.monotonic() - started:.0f} s")
         yield lab
     finally:
@@ -290,10 +279,10 @@ def test_internal_ports_only_from_the_cluster_api_from_outside(deployed):
     assert firewall_scope(lab, "node1") == "deployment"
 
 
-def test_rerun_without_change_keeps_the_service_running(deployed, ansible_outputs):
+def test_rerun_without_change_keeps_the_service_running(deployed):
     lab = deployed
     before = {node: unit_property(lab, node, "ActiveEnterTimestampMonotonic") for node in ("node1", "node2")}
-    proc = ansible_outputs.add("second deploy.yml", lab.ansible_playbook("deploy.yml", timeout=2400))
+    proc = lab.ansible_playbook("deploy.yml", timeout=2400)
     recap = dict(re.findall(r"^(node\d)\s+: ok=\d+\s+changed=(\d+)", proc.stdout, re.MULTILINE))
     after = {node: unit_property(lab, node, "ActiveEnterTimestampMonotonic") for node in ("node1", "node2")}
     changed_tasks = changed_task_names(proc.stdout)
@@ -305,7 +294,7 @@ def test_rerun_without_change_keeps_the_service_running(deployed, ansible_output
     assert after == before, (before, after, history)
 
 
-def test_key_is_nowhere_in_ps_journal_or_ansible_output(deployed, ansible_outputs):
+def test_key_is_nowhere_in_ps_journal_or_ansible_output(deployed):
     lab = deployed
     key = lab.api_key
     assert len(key) >= 16
@@ -315,9 +304,16 @@ def test_key_is_nowhere_in_ps_journal_or_ansible_output(deployed, ansible_output
         assert key not in processes, f"{node}: the API key is in ps"
         journal = lab.ssh(node, "journalctl --no-pager -o verbose", timeout=300).stdout
         assert key not in journal, f"{node}: the API key is in the journal"
-    assert ansible_outputs.texts
-    for what, text in ansible_outputs.texts:
-        assert key not in text, f"the API key is in the output of {what}"
+    # Every playbook run on this lab in this session (the shared lab's record), not only this module's: the run that
+    # wrote the key file is the one that could print it, and it must be among them (the fails-if: a record that
+    # missed it, such as a re-run that changes nothing, would pass by construction).
+    outputs = lab.playbook_outputs
+    writes = [args for args, text in outputs if (KEY_WRITING_TASK, "node1") in changed_task_names(text)]
+    assert writes, (f"none of the {len(outputs)} playbook runs on this lab wrote node1's vLLM files:",
+                    [args for args, _ in outputs])
+    print(f"{len(outputs)} playbook runs on this lab read for the key; node1's key file written by: {writes}")
+    for args, text in outputs:
+        assert key not in text, f"the API key is in the output of `ansible-playbook {args}`"
 
 
 @extended
@@ -351,14 +347,14 @@ def test_reboot_of_the_head_machine_comes_back_verified(deployed):
 
 
 @extended
-def test_bad_change_fails_rolls_back_and_the_old_config_serves(deployed, ansible_outputs):
+def test_bad_change_fails_rolls_back_and_the_old_config_serves(deployed):
     lab = deployed
     # A plan the planner accepts but vLLM cannot start: the model directory holds no .pt weights.
     # No second start on failure (the lab allows one for slow DP start-ups): the failure is final at once.
     bad = lab.ansible_playbook("deploy.yml", "--tags", "vllm", "-e", "vllm_cluster_load_format=pt",
                                "-e", "vllm_service_start_restarts_allowed=0", check=False, timeout=2400)
-    ansible_outputs.add("bad change", bad)
     assert bad.returncode != 0
+    assert lab.api_key not in bad.stdout + bad.stderr, "the API key is in the output of the rolled-back change"
     assert "ROLLED BACK" in bad.stdout, bad.stdout[-4000:]
     # The old config serves again: the key still works and the context length is the plan's 512.
     wait_healthy(lab, RECOVERY_TIMEOUT_S)
