@@ -32,9 +32,8 @@ from pathlib import Path
 
 import pytest
 
-# CI runs all seven on the deployment test_self_healing hands on: the key, the firewall, a re-run and no key anywhere
-# (78 s in CI on 2026-12-05), then SIGKILL, a reboot of node1 and a rolled-back bad change, each a vLLM start (183 s
-# on a deployed lab, 2026-12-04); the module hands the default deployment on to test_benchmark (docs/lab.md).
+# CI runs all seven on the deployment test_self_healing hands on (the last three each restart vLLM) and hands the
+# default deployment on to test_benchmark; measured times in docs/lab.md.
 pytestmark = [pytest.mark.lab]
 REPO = Path(__file__).resolve().parents[2]
 # The API's model id: the lab's vllm_cluster_deployment (inventories/lab/group_vars), the default served name.
