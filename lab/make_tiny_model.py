@@ -32,6 +32,13 @@ import sys
 
 VOCAB_SIZE = 512
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
+# A ChatML-like template over the tokenizer's own special tokens: each message is "<s>ROLE\nCONTENT</s>\n".
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<s>' + message['role'] + '\\n' + message['content'] + '</s>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<s>assistant\\n' }}{% endif %}"
+)
 
 
 def make_tokenizer(out):
@@ -52,6 +59,17 @@ def make_tokenizer(out):
         tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
     fast.save_pretrained(out)
+    # The chat template lives in tokenizer_config.json, where instruct models ship it (transformers would write it to
+    # chat_template.jinja): vLLM's /v1/chat/completions refuses a model without one.
+    config_path = os.path.join(out, "tokenizer_config.json")
+    with open(config_path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    config["chat_template"] = CHAT_TEMPLATE
+    with open(config_path, "w", encoding="utf-8") as handle:
+        json.dump(config, handle, indent=2)
+    template_file = os.path.join(out, "chat_template.jinja")
+    if os.path.exists(template_file):
+        os.remove(template_file)
     return len(fast)
 
 

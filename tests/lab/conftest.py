@@ -25,12 +25,15 @@ API of the `lab` fixture (module scope; one lab per module, so modules can run i
     lab.status() -> dict                                                 `lab status --json`
     lab.down() -> CompletedProcess                                       idempotent; teardown calls it
     lab.ansible_env() -> dict, lab.ansible_playbook(playbook, *args, check=True, timeout=1800, inventory=None)
+    lab.playbook_outputs (every playbook run on the lab this session), lab.first_output_of(playbook)
 For a second lab or another scope: the `make_lab` fixture, `with make_lab("t2", nodes=1) as other:`.
 
 The `shared_lab` fixture (session scope, 3 nodes) is one lab for every module that
 deploys vLLM (deploy, benchmark, doctor, hardening): the runtime is installed once
-per run, which is most of CI's time. Its name is $VLLM_CLUSTER_SHARED_LAB (default
-"tshared"), so that two engineers can develop such modules side by side. A module
+per run, which is most of CI's time. Its name is $VLLM_CLUSTER_SHARED_LAB, by default
+the README's lab (`vlab`, inventory inventories/lab/): test_demo runs scripts/demo
+first, whose lab and deployment the others then use. Another name lets two engineers
+develop such modules side by side. A module
 that uses it starts with the deployment it needs (deploy.yml is idempotent) and puts
 back anything it breaks (hardware, units, firewall) before it ends.
 
@@ -62,6 +65,7 @@ sys.path.insert(0, str(REPO / "lab"))
 from lab_order import LAST, MODULE_ORDER  # noqa: E402  (the modules' order in a run: tests/lab/lab_order.py)
 from vlab.inventory import api_key_path, fact_cache  # noqa: E402  (each lab's own Ansible fact cache)
 from vlab.machines import SSH_OPTIONS  # noqa: E402  (the options lab/lab itself uses)
+from vlab.spec import DEFAULT_NAME as DEFAULT_LAB_NAME  # noqa: E402  (the README's lab: scripts/demo)
 
 
 class Lab:
@@ -156,6 +160,11 @@ class Lab:
         env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(fact_cache(self.name))
         return env
 
+    def first_output_of(self, playbook: str) -> str | None:
+        """The output of the first run of `playbook` (any arguments) on this lab in this session, or None."""
+        return next((output for arguments, output in self.playbook_outputs if shlex.split(arguments)[0] == playbook),
+                    None)
+
     def ansible_playbook(self, playbook: str, *args: str, check: bool = True, timeout: float = 1800,
                          inventory: Path | None = None) -> subprocess.CompletedProcess:
         argv = [str(CONTROLLER_BIN / "ansible-playbook"), "-i", str(inventory or self.inventory), playbook, *args]
@@ -249,9 +258,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=rank)  # stable: the order inside a module stays
 
 
+def shared_lab_name() -> str:
+    """$VLLM_CLUSTER_SHARED_LAB, else the README's lab (lab/lab's default name), which scripts/demo brings up."""
+    return os.environ.get("VLLM_CLUSTER_SHARED_LAB") or DEFAULT_LAB_NAME
+
+
 @pytest.fixture(scope="session")
 def shared_lab() -> Iterator[Lab]:
-    with lab_session(os.environ.get("VLLM_CLUSTER_SHARED_LAB", "tshared"), 3) as handle:
+    with lab_session(shared_lab_name(), 3) as handle:
         yield handle
 
 

@@ -1,7 +1,8 @@
 """The lab modules' order in a run, and which module comes next (tests/lab/conftest.py sorts by it).
 
-The own-lab modules run first, then the shared lab's users, from the module that installs and
-deploys to Molecule, whose destroy ends the shared lab.
+The own-lab modules run first, then the shared lab's users, from the README's demo (test_demo: scripts/demo
+brings the lab up and deploys, test_deploy reads that first deploy.yml) to Molecule, whose destroy ends the shared
+lab.
 
 The front family (FRONT_MODULES) runs back to back: each hands the deployed three replicas and the
 router on to the next module of the family in the run (test_router.leave_front), and the last of the
@@ -17,7 +18,7 @@ FRONT_MODULES = ("test_router.py", "test_scale_replicas.py", "test_monitoring.py
 # test_benchmark and test_doctor follow test_hardening: each starts on the default deployment the one before leaves
 # (CI runs the doctor's faults that leave vLLM running there without a start of its own), and the doctor's checklist
 # reads the benchmark's stages when both run.
-MODULE_ORDER = ("test_lab.py", "test_faults_preflight_network.py", "test_deploy.py", "test_collection.py",
+MODULE_ORDER = ("test_lab.py", "test_faults_preflight_network.py", "test_demo.py", "test_deploy.py", "test_collection.py",
                 "test_self_healing.py", "test_hardening.py", "test_benchmark.py", "test_doctor.py", "test_fleet.py",
                 *FRONT_MODULES, "test_rolling_change.py",
                 "test_runtime_ray.py", "test_ray_backend.py", "test_doctor_ray.py", "test_molecule.py")

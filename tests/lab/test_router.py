@@ -197,6 +197,28 @@ def test_the_openai_client_gets_completions_through_the_router_and_every_replica
     assert all(count >= 1 for count in by_worker.values()), by_worker
 
 
+def openai_check(base_url: str, api_key_file: Path) -> list[dict]:
+    """lab/openai_check.py (scripts/demo's client): the model list, a completion, a chat and a streamed chat."""
+    proc = subprocess.run([str(RUNTIME_PYTHON), str(REPO / "lab" / "openai_check.py"), "--base-url", base_url,
+                           "--model", DEPLOYMENT, "--api-key-file", str(api_key_file), "--json"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_chat_and_streamed_chat_answer_through_the_router_and_on_a_replica(front, runs):
+    """What most clients send: the chat template ships in the model's tokenizer config, so vLLM answers chat."""
+    lab, _ = front
+    key_file = lab.inventory / "secrets" / "vllm-api-key"
+    for base_url in (f"{router_url(lab)}/v1", f"http://{lab.management_address('node2')}:8000/v1"):
+        models, completion, chat, stream = openai_check(base_url, key_file)
+        assert DEPLOYMENT in models["models"], (base_url, models)
+        assert completion["model"] == chat["model"] == stream["model"] == DEPLOYMENT, base_url
+        assert completion["tokens"] == chat["tokens"] == stream["tokens"] == 8, (base_url, completion, chat, stream)
+        assert chat["role"] == "assistant", (base_url, chat)
+        assert stream["chunks"] >= 8, (base_url, stream)  # one delta per token, then the usage chunk
+
+
 def test_a_request_without_the_key_is_refused_with_401(front, runs):
     lab, _ = front
     for path, body in (("/v1/models", None),

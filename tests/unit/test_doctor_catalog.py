@@ -93,6 +93,7 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
         "unit_argv_differs": {"differences", "dropins"}, "env_differs": {"differences"}, "tp_across_nodes": {"tp", "gpus_per_node"},
         "env_flag": {"name", "value"}, "gpu_count_below_plan": {"count", "needed"}, "node_unreachable": set(),
         "gpu_facts_failed": {"error"}, "api_unanswered_from_client": {"url", "probe", "error"},
+        "chat_template_missing": {"url", "probe", "error"},
         # Compared facts (issue 23, item 3; test_doctor_compare.py checks these are the values the hits carry)
         "fabric_mtu_differs": {"interface", "mtu", "expected", "mtus"}, "fabric_link_down": {"interface", "state"},
         "route_to_peer_wrong": {"address", "peer", "interface", "device", "problem"},

@@ -32,7 +32,15 @@ def probe(method, path, status, msg="OK (unknown bytes)", body=None, elapsed=0):
 
 
 GOOD = [probe("GET", "/health", 200), probe("GET", "/v1/models", 200, body={"data": [{"id": "lab-tiny-llama"}]}),
-        probe("POST", "/v1/completions", 200, body={"choices": [{"text": " world"}]})]
+        probe("POST", "/v1/completions", 200, body={"choices": [{"text": " world"}]}),
+        probe("POST", "/v1/chat/completions", 200, body={"choices": [{"message": {"role": "assistant",
+                                                                                  "content": " world"}}]})]
+# What vLLM answers a chat for a model without a chat template (its words, as the lab's model answered before it
+# shipped one).
+NO_TEMPLATE = probe("POST", "/v1/chat/completions", 400, "Status code was 400 and not [200]: HTTP Error 400: Bad Request",
+                    body={"error": {"message": "As of transformers v4.44, default chat template is no longer allowed, "
+                                               "so you must provide a chat template if the tokenizer does not define "
+                                               "one.", "type": "BadRequestError", "param": None, "code": 400}})
 # What uri registers when nothing answers within the timeout (a firewall that drops the controller's packets).
 TIMED_OUT = "Status code was -1 and not [200]: Request failed: <urlopen error timed out>"
 SILENT = [probe("GET", "/health", -1, TIMED_OUT, elapsed=20), probe("GET", "/v1/models", -1, TIMED_OUT, elapsed=20),
@@ -51,12 +59,18 @@ def test_the_probes_are_read_as_a_client_would_judge_them():
     assert client_from_registered(URL, GOOD)["probes"] == [
         {"probe": "GET /health", "ok": True, "status": 200, "error": None, "elapsed_s": 0},
         {"probe": "GET /v1/models", "ok": True, "status": 200, "error": None, "elapsed_s": 0},
-        {"probe": "POST /v1/completions", "ok": True, "status": 200, "error": None, "elapsed_s": 0}]
+        {"probe": "POST /v1/completions", "ok": True, "status": 200, "error": None, "elapsed_s": 0},
+        {"probe": "POST /v1/chat/completions", "ok": True, "status": 200, "error": None, "elapsed_s": 0}]
     empty = probe("POST", "/v1/completions", 200, body={"object": "text_completion"})
     assert client_from_registered(URL, [empty])["probes"][0]["error"] == "status 200 without a completion in the body"
     assert client_from_registered(URL, [probe("GET", "/health", 401, "Status code was 401 and not [200]")])[
         "probes"][0] == {"probe": "GET /health", "ok": False, "status": 401, "error": "Status code was 401 and not [200]",
                          "elapsed_s": 0}
+    # A refusal quotes the API's own message, not only uri's status line.
+    refused = client_from_registered(URL, [NO_TEMPLATE])["probes"][0]
+    assert refused["ok"] is False and refused["status"] == 400
+    assert refused["error"].startswith("Status code was 400 and not [200]: HTTP Error 400: Bad Request; the API said: "
+                                       "As of transformers v4.44, default chat template is no longer allowed")
     # Not probed (doctor_client_check false, or no plan): no client evidence, no finding.
     assert client_from_registered(None, [{"skipped": True}]) == {}
 
@@ -79,6 +93,19 @@ def test_healthy_nodes_that_do_not_answer_the_controller_are_a_fault_never_zero(
     quoted = top["evidence"][0]["line"]
     assert quoted.startswith(f"from the controller, {URL}: GET /health -> {TIMED_OUT} after 20 s; GET /v1/models")
     assert any("The API does not answer from the controller" in line for line in render_report(report))
+
+
+def test_a_chat_refused_for_want_of_a_template_is_named_as_such_not_as_a_blocked_path():
+    report = case("healthy", GOOD[:3] + [NO_TEMPLATE])
+    faults = [f for f in report["findings"] if f["severity"] == "fault"]
+    assert [f["id"] for f in faults] == ["chat_template_missing"], [f["id"] for f in faults]
+    assert faults[0]["title"] == f"Chat is refused: the model has no chat template (POST /v1/chat/completions at {URL})"
+    assert "default chat template is no longer allowed" in faults[0]["cause"]
+    # Any other refusal of the chat is what a client sees, with the API's own words.
+    other = probe("POST", "/v1/chat/completions", 404, "Status code was 404 and not [200]",
+                  body={"error": {"message": "The model `x` does not exist."}})
+    ids = [f["id"] for f in case("healthy", GOOD[:3] + [other])["findings"] if f["severity"] == "fault"]
+    assert ids == ["api_unanswered_from_controller"]
 
 
 def test_a_cause_on_the_nodes_ranks_before_what_the_client_sees():

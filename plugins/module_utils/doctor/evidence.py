@@ -37,6 +37,18 @@ def _registered_failure(result):
     return None
 
 
+def api_error_message(body):
+    """The message of an OpenAI-style error body ({"error": {"message": ...}} or {"message": ...}), else None."""
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error")
+    message = error.get("message") if isinstance(error, dict) else body.get("message")
+    if not isinstance(message, str) or not message.strip():
+        return None
+    message = " ".join(message.split())
+    return message if len(message) <= 300 else message[:297] + "..."
+
+
 def client_from_registered(url, results):
     """What a client saw: the controller's probes of the API ({url, probes: [{probe, ok, status, error, elapsed_s}]}).
 
@@ -56,6 +68,9 @@ def client_from_registered(url, results):
         error = None
         if not ok:
             error = str(result.get("msg") or f"status {status}")
+            said = api_error_message(body)
+            if said:
+                error = f"{error}; the API said: {said}"
         elif probe.get("path", "").endswith("/completions") and not (isinstance(body, dict) and body.get("choices")):
             ok, error = False, "status 200 without a completion in the body"
         probes.append({"probe": label, "ok": ok, "status": status, "error": error,

@@ -35,6 +35,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observatio
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_network import (
     obs_address_missing,
     obs_api_unanswered_from_client,
+    obs_chat_template_missing,
     obs_fabric_link_down,
     obs_fabric_mtu_differs,
     obs_firewall_drops_port,
@@ -102,6 +103,7 @@ OBSERVATIONS = {
     "gpu_count_below_plan": obs_gpu_count_below_plan,
     "gpu_facts_failed": obs_gpu_facts_failed,
     "api_unanswered_from_client": obs_api_unanswered_from_client,
+    "chat_template_missing": obs_chat_template_missing,
     # Compared facts (issue 23, item 3)
     "fabric_mtu_differs": obs_fabric_mtu_differs,
     "fabric_link_down": obs_fabric_link_down,

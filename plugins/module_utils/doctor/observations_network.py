@@ -351,13 +351,34 @@ def obs_tp_across_nodes(cluster, params):
     return []
 
 
+def refused_for_want_of_a_chat_template(probe):
+    """A chat probe that vLLM answered 400 because the model's tokenizer defines no chat template."""
+    return (probe.get("probe", "").endswith("/chat/completions") and probe.get("status") == 400
+            and "chat template" in (probe.get("error") or "").lower())
+
+
+def obs_chat_template_missing(cluster, params):
+    """The chat probe refused for want of a chat template (the server works: its completion answered)."""
+    refused = [probe for probe in (cluster.client.get("probes") or [])
+               if not probe.get("ok") and refused_for_want_of_a_chat_template(probe)]
+    if not refused:
+        return []
+    head = cluster.head
+    url = cluster.client.get("url") or "?"
+    probe = refused[0]
+    return [make_hit(head.name if head else None, "controller", f"from the controller, {url}: {probe['probe']} -> "
+                     f"{probe['error']}", url=url, probe=probe["probe"], error=probe["error"])]
+
+
 def obs_api_unanswered_from_client(cluster, params):
     """The API's probes from the controller that got no good answer: one hit on the API node, every failure quoted.
 
     A node can look healthy from inside while no client gets an answer (a path blocked between the clients and the
-    API node, a server that is alive but does not answer): this is what a client sees.
+    API node, a server that is alive but does not answer): this is what a client sees. A chat refused for want of a
+    chat template is the server answering, not this (obs_chat_template_missing).
     """
-    failed = [probe for probe in (cluster.client.get("probes") or []) if not probe.get("ok")]
+    failed = [probe for probe in (cluster.client.get("probes") or [])
+              if not probe.get("ok") and not refused_for_want_of_a_chat_template(probe)]
     if not failed:
         return []
     head = cluster.head
