@@ -195,6 +195,22 @@ def serve_args(values):
     return values
 
 
+def overrides_fit(values):
+    """``--tp/--pp/--dp`` (or ``--ep``) that need more GPUs than ``--nodes`` x ``--gpus-per-node``: a PlanError.
+
+    The planner refuses the same (plan/layout.py); here the error names the flags the user typed.
+    """
+    pinned = [flag for flag in ("--tp", "--pp", "--dp") if values.get(flag) is not None]
+    if (values.get("--ep") or 1) > 1:
+        pinned = ["--ep"]
+    need = math.prod(values[flag] for flag in pinned)
+    nodes, gpus = values.get("--nodes", 1), values.get("--gpus-per-node", 1)
+    if pinned and need > nodes * gpus:
+        given = " ".join(f"{flag} {values[flag]}" for flag in pinned)
+        raise PlanError(f"{given} need{'s' if len(pinned) == 1 else ''} {need:,} GPUs; the cluster has --nodes {nodes} "
+                        f"x --gpus-per-node {gpus} = {nodes * gpus:,}")
+
+
 def warnings(values, device="cuda"):
     """Values in bounds that still look like a slip: ``{flag: value}`` -> sentences for stderr and the plan."""
     found = []
