@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -564,3 +565,13 @@ def test_collection_version_reads_galaxy_yml_then_manifest_json(tmp_path):
     (tmp_path / "galaxy.yml").unlink()
     (tmp_path / "MANIFEST.json").write_text("not json")
     assert cli_inputs.collection_version(tmp_path) == "unknown"
+
+
+def test_the_largest_cluster_the_bounds_allow_plans_in_seconds(cli, capsys):
+    """4,096 nodes, every GPU its own DP rank: the planner's expectations are linear in the ranks (was 31 s)."""
+    started = time.monotonic()
+    code, out, err = call(cli, capsys, ("plan", "--model", "llama-3.1-8b", "--nodes", "4096", "--gpus-per-node", "8",
+                                        "--gpu-memory-gib", "80", "--dp", "32768", "--json"))
+    assert code == 0 and err == ""
+    assert json.loads(out)["dp"] == 32768
+    assert time.monotonic() - started < 20
