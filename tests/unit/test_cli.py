@@ -371,8 +371,11 @@ BAD_INPUTS = [
     bad("--gpu-name", "A100\tSXM", expect=("--gpu-name", "control characters")),
     bad("--gpu-name", "G" * 300, expect=("--gpu-name", "at most 255"), id="--gpu-name 300 characters"),
     bad("--fabric-interface", "", expect=("--fabric-interface ''",)),
-    bad("--fabric-interface", "eth0;reboot", expect=("eth0;reboot", "interface")),
-    bad("--fabric-interface", "a-very-long-interface-name", expect=("a-very-long-interface-name", "interface")),
+    bad("--fabric-interface", "eth0;reboot", "--addresses", "10.0.0.1", expect=("eth0;reboot", "interface")),
+    bad("--fabric-interface", "a-very-long-interface-name", "--addresses", "10.0.0.1",
+        expect=("a-very-long-interface-name", "interface")),
+    bad("--fabric-interface", "ib0", expect=("--fabric-interface ib0 needs --addresses",)),
+    bad("--fabric-interface", "ib0", "--addresses", "gpu-a", expect=("'gpu-a'", "not an IP address")),
     bad("--api-host", "", expect=("--api-host ''",)),
     # choices
     bad("--device", "tpu"),
