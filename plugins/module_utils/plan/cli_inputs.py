@@ -89,6 +89,8 @@ TEXT_LIMIT = 255
 UNITS = {"b": 1024**-3, "k": 1024**-2, "kb": 1000 / 1024**3, "kib": 1024**-2, "m": 1024**-1, "mb": 1e6 / 1024**3,
          "mib": 1024**-1, "g": 1.0, "gb": 1e9 / 1024**3, "gib": 1.0, "t": 1024.0, "tb": 1e12 / 1024**3,
          "tib": 1024.0}
+# Token counts as vLLM's own flags take them (arg_utils' human_readable_int): lower case decimal, upper case binary.
+TOKEN_UNITS = {"k": 1000, "K": 1024, "m": 10**6, "M": 2**20}
 INTEGER = re.compile(r"[+-]?\d{1,30}")
 NUMBER = re.compile(r"[+-]?(\d{1,30}\.?\d{0,30}|\.\d{1,30})([eE][+-]?\d{1,4})?")
 WITH_UNIT = re.compile(r"(?P<number>[+-]?(\d+\.?\d*|\.\d+))\s*(?P<unit>[a-zA-Z]{1,3})")
@@ -103,11 +105,12 @@ def _number(value):
 
 
 def shown(text):
-    """A value as an error quotes it: at most SHOWN characters, control characters escaped."""
+    """A value as an error quotes it: at most SHOWN characters; quoted when empty or with spaces or controls."""
     text = str(text)
-    if len(text) > SHOWN:
-        text = f"{text[:SHOWN]}... ({len(text):,} characters)"
-    return repr(text) if CONTROL.search(text) or not text.strip() or text != text.strip() else text
+    head, tail = (text[:SHOWN], f"... ({len(text):,} characters)") if len(text) > SHOWN else (text, "")
+    if not head or CONTROL.search(head) or re.search(r"\s", head):
+        head = repr(head)
+    return head + tail
 
 
 def _plain(value):
@@ -144,6 +147,9 @@ def parse(flag, text):
         if suffix and bound.unit == "GiB" and suffix["unit"].lower() in UNITS:
             gib = float(suffix["number"]) * UNITS[suffix["unit"].lower()]
             raise PlanError(f"{flag} {shown(text)}: give the number alone, in GiB: {flag} {_plain(gib)}")
+        if suffix and bound.unit == "tokens" and suffix["unit"] in TOKEN_UNITS:
+            tokens = float(suffix["number"]) * TOKEN_UNITS[suffix["unit"]]
+            raise PlanError(f"{flag} {shown(text)}: give the number alone, in tokens: {flag} {_plain(tokens)}")
         what = "an integer" if bound.kind == "int" else "a number"
         raise PlanError(f"{flag} {shown(text)}: not {what}; expected {bound.expected()}")
     value = int(stripped) if bound.kind == "int" else float(stripped)
