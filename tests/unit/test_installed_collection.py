@@ -64,6 +64,17 @@ def test_the_commands_run_from_the_installed_collection_and_through_a_link(insta
         assert result.returncode == 0 and "--results-dir" in result.stdout, result.stderr
 
 
+def test_the_installed_command_knows_its_version_and_catalog(installed):
+    """The artifact holds no galaxy.yml: --version reads MANIFEST.json's collection_info.version."""
+    assert not (installed["collection"] / "galaxy.yml").exists()
+    manifest = json.loads((installed["collection"] / "MANIFEST.json").read_text())
+    result = run(installed, ["vllm-cluster", "--version"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"vllm-cluster {manifest['collection_info']['version']} (collection vllm_ops.cluster)\n"
+    result = run(installed, ["vllm-cluster", "models"])
+    assert result.returncode == 0 and "llama-3.1-70b" in result.stdout, result.stderr
+
+
 def test_a_command_outside_any_collection_says_where_it_belongs(installed, tmp_path):
     stray = tmp_path / "vllm-cluster"
     stray.write_text((installed["collection"] / "bin" / "vllm-cluster").read_text())

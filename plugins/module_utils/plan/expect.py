@@ -38,8 +38,12 @@ def _assigned_lines(rows):
 def _engines(inputs, cand, ev, rows, nodes):
     device_word = "GPU" if inputs.device == "cuda" else "CPU"
     engines = []
+    leaders = {}  # each DP rank's first rank of local rank 0 in stage 0: one pass, not one per DP rank
+    for row in rows:
+        if row["local_rank"] == 0 and row["pp"] == 0:
+            leaders.setdefault(row["dp"], row)
     for d in range(cand.dp):
-        leader = next(row for row in rows if row["dp"] == d and row["local_rank"] == 0 and row["pp"] == 0)
+        leader = leaders[d]
         engines.append(
             {
                 "engine": leader["engine"],
