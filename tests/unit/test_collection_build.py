@@ -26,7 +26,7 @@ ANSIBLE_GALAXY = str(Path(sys.executable).with_name("ansible-galaxy"))
 
 # Everything the artifact may hold (full-path regular expressions).
 ALLOWED = [re.compile(pattern) for pattern in (
-    r"MANIFEST\.json", r"FILES\.json", r"README\.md", r"CHANGELOG\.md", r"LICENSE",
+    r"MANIFEST\.json", r"FILES\.json", r"README\.md", r"CHANGELOG\.md", r"LICENSE", r"deploy\.yml",
     r"meta/runtime\.yml", r"meta/variables\.yml",
     r"bin/vllm-cluster", r"bin/vllm-cluster-report",
     r"plugins/(modules|filter|lookup)/[a-z_]+\.(py|yml)", r"plugins/module_utils/([a-z_]+/)*[a-z_]+\.py",
@@ -123,7 +123,7 @@ def test_the_artifact_holds_only_what_a_user_runs(artifact):
 def test_the_artifact_holds_everything_a_user_runs(artifact):
     with tarfile.open(artifact) as tar:
         names = set(tar.getnames())
-    for required in ("README.md", "LICENSE", "meta/runtime.yml", "meta/variables.yml", "bin/vllm-cluster", "bin/vllm-cluster-report",
+    for required in ("README.md", "LICENSE", "deploy.yml", "meta/runtime.yml", "meta/variables.yml", "bin/vllm-cluster", "bin/vllm-cluster-report",
                      "playbooks/deploy.yml", "playbooks/plan.yml", "plugins/modules/stage_stamp.py",
                      "plugins/filter/deploy_stage.yml", "plugins/module_utils/plan/build.py",
                      "roles/vllm_service/files/vllm-head-watch", "roles/vllm_service/templates/vllm.service.j2",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -101,3 +102,142 @@ def test_the_installed_files_are_no_wider_than_they_should_be(installed):
             assert path.read_bytes().startswith(b"#!"), f"{path}: executable without a #! line"
     for cli in ("vllm-cluster", "vllm-cluster-report"):
         assert os.access(installed["collection"] / "bin" / cli, os.X_OK), cli
+
+
+# --- The installed docs send a user only to files the collection holds -------------------------------------
+# A reference is a markdown link to a relative target, or a path in backticks or in a fenced code block whose
+# first part is one of the repository's (REPO_PARTS). It must exist in the installed collection, unless the
+# text says it lives in the repository: its paragraph (a list item, a table row; for a code block the block or
+# the paragraph before it) or the page's first paragraph says "the repository" or "a checkout". Then it must
+# exist in the repository (a stale reference fails either way).
+REPO_PARTS = ("tests", "scripts", "lab", "bench", "molecule", ".ci", "requirements", "collections", "docs", "roles",
+              "plugins", "playbooks", "meta", "inventories/examples", "inventories/prod.example", "inventories/lab")
+REPO_FILES = ("deploy.yml", "galaxy.yml", "ansible.cfg", "pyproject.toml", "LICENSE", "CHANGELOG.md",
+              "bin/vllm-cluster", "bin/vllm-cluster-report")  # not bin/vllm: a venv's
+IN_THE_REPOSITORY = re.compile(r"\b(the repository|a checkout)\b", re.I)
+LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+FENCE = re.compile(r"^\s*(```|~~~)")
+NEW_BLOCK = re.compile(r"^\s*(#{1,6}\s|[-*+]\s|\d+\.\s|\|)")
+
+
+def _blocks(text: str):
+    """(first line, kind, text) of each paragraph, list item, table row, heading and fenced block."""
+    blocks, current, start, fence = [], [], 0, None
+    for number, line in enumerate(text.splitlines(), 1):
+        if fence is not None:
+            if FENCE.match(line):
+                blocks.append((fence[0], "code", "\n".join(fence[1])))
+                fence = None
+            else:
+                fence[1].append(line)
+            continue
+        if FENCE.match(line) or not line.strip() or NEW_BLOCK.match(line):
+            if current:
+                blocks.append((start, "text", " ".join(current)))
+            current = []
+            if FENCE.match(line):
+                fence = (number, [])
+                continue
+            if not line.strip():
+                continue
+        if not current:
+            start = number
+        current.append(line.strip())
+    if current:
+        blocks.append((start, "text", " ".join(current)))
+    return blocks
+
+
+def _path_like(token: str) -> str | None:
+    """The repository path a word names (`lab/lab`, `tests/unit/x.py::test`, `./scripts/demo`), or None."""
+    token = token.strip().strip("\"'(),;:").removeprefix("./").split("::", 1)[0]
+    if "..." in token or "$" in token or "{{" in token:
+        return None
+    token = token.rstrip(".,:;")
+    if token in REPO_FILES or token.startswith(tuple(part + "/" for part in REPO_PARTS)):
+        return token.rstrip("/")
+    return None
+
+
+def _exists(root: Path, relative: str) -> bool:
+    """At the root, or inside a role (`meta/argument_specs.yml`); `<name>` stands for any name."""
+    pattern = re.sub(r"<[^>]+>", "*", relative)
+    return any(root.glob(pattern)) or any(root.glob(f"roles/*/{pattern}"))
+
+
+def reference_problems(collection: Path, repository: Path) -> list[str]:
+    """Every reference of every installed .md to a file the collection does not hold, one line each."""
+    problems = []
+    for doc in sorted(collection.rglob("*.md")):
+        name = doc.relative_to(collection).as_posix()
+        blocks = _blocks(doc.read_text())
+        first = next((text for _, kind, text in blocks if kind == "text" and not text.startswith("#")), "")
+        page_marked = bool(IN_THE_REPOSITORY.search(first))
+        previous = ""
+        for line, kind, text in blocks:
+            marked = page_marked or bool(IN_THE_REPOSITORY.search(text)) or (
+                kind == "code" and bool(IN_THE_REPOSITORY.search(previous)))
+            references = []  # (path relative to the collection's root, as written)
+            for target in LINK.findall(text) if kind == "text" else ():
+                if re.match(r"^[a-z][a-z0-9+.-]*:|^#", target, re.I):
+                    continue
+                path = (doc.parent / target.split("#", 1)[0]).resolve()
+                try:
+                    references.append((path.relative_to(collection.resolve()).as_posix(), target))
+                except ValueError:
+                    problems.append(f"{name}:{line}: ({target}) points outside the collection")
+            tokens = CODE_SPAN.findall(text) if kind == "text" else text.split()
+            for span in tokens:
+                for token in span.split() if kind == "text" else (span,):
+                    path = _path_like(token)
+                    if path:
+                        references.append((path, token))
+            for path, written in references:
+                if _exists(collection, path):
+                    continue
+                if not marked:
+                    problems.append(f"{name}:{line}: {written} is not in the collection "
+                                    "(ship it, or say it is in the repository)")
+                elif not _exists(repository, path):
+                    problems.append(f"{name}:{line}: {written} is in neither the collection nor the repository")
+            if kind == "text":
+                previous = text
+    return problems
+
+
+def test_the_installed_docs_refer_only_to_files_they_can_reach(installed):
+    docs = sorted(installed["collection"].rglob("*.md"))
+    assert len(docs) >= 30 and installed["collection"] / "docs" / "lab.md" in docs
+    assert reference_problems(installed["collection"], REPO) == []
+
+
+def test_the_reference_walker_fails_on_a_planted_bad_reference(tmp_path):
+    collection, repository = tmp_path / "collection", tmp_path / "repository"
+    for root in (collection, repository):
+        (root / "docs" / "runbooks").mkdir(parents=True)
+        (root / "playbooks").mkdir()
+        (root / "playbooks" / "deploy.yml").write_text("---\n")
+    (repository / "lab").mkdir()
+    (repository / "lab" / "lab").write_text("#!/bin/sh\n")
+    (collection / "docs" / "runbooks" / "README.md").write_text(
+        "# Runbooks\n\nStart at [the architecture](../architecture.md) and `playbooks/deploy.yml`.\n\n"
+        "- a good link: [deploy](../../playbooks/deploy.yml), an anchor [here](#runbooks), "
+        "[a site](https://docs.vllm.ai/)\n"
+        "- the lab: `lab/lab up` and `tests/lab/test_x.py::test_y`\n\n"
+        "The lab is in the repository: `lab/lab status`, not `lab/gone`.\n\n"
+        "From a checkout:\n\n```bash\n./lab/lab down\n./scripts/demo\n```\n\n"
+        "| `roles/<role>/README.md` | a row |\n")
+    (collection / "docs" / "lab.md").write_text(
+        "# Lab\n\nThis page is about the repository's lab: `lab/lab`.\n\nLater: `lab/lab`, `bench/x.py`.\n")
+    problems = reference_problems(collection, repository)
+    expected = [
+        "docs/lab.md:5: bench/x.py is in neither the collection nor the repository",
+        "docs/runbooks/README.md:3: ../architecture.md is not in the collection",
+        "docs/runbooks/README.md:6: lab/lab is not in the collection",
+        "docs/runbooks/README.md:6: tests/lab/test_x.py::test_y is not in the collection",
+        "docs/runbooks/README.md:8: lab/gone is in neither the collection nor the repository",
+        "docs/runbooks/README.md:12: ./scripts/demo is in neither the collection nor the repository",
+        "docs/runbooks/README.md:17: roles/<role>/README.md is not in the collection",
+    ]
+    assert [problem.split(" (")[0] for problem in problems] == expected, problems
