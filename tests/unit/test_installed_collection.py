@@ -241,3 +241,44 @@ def test_the_reference_walker_fails_on_a_planted_bad_reference(tmp_path):
         "docs/runbooks/README.md:17: roles/<role>/README.md is not in the collection",
     ]
     assert [problem.split(" (")[0] for problem in problems] == expected, problems
+
+
+# --- The installed docs speak to users: no issue numbers, no dated run diaries ------------------------------
+# An issue number of this project ("issue 18", "Issue 23, item 3", "(#21)") means nothing to a user. A date or a
+# clock time in prose or a table is a run diary: a figure lives in a table of docs/performance.md or
+# docs/benchmarks.md beside the command that reproduces it and the commit it measured. Fenced code blocks may hold
+# dates and times (a report's output, a timestamp in an example). Another project's issue, written with its name
+# (`vllm#6042`, `vllm PR#43095`, `owner/repo#7`), is a source and stays.
+OUR_ISSUE = re.compile(r"\b(issues?|PRs?|pull requests?)\s+#?\d+\b", re.I)
+BARE_NUMBER = re.compile(r"(?<![\w/#-])#\d+\b")  # "(#21)"; in a code block, a report's "#1" is a rank
+DIARY = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b|\b[0-2]?\d:[0-5]\d(-[0-2]?\d:[0-5]\d)? UTC\b")
+
+
+def diary_problems(collection: Path) -> list[str]:
+    """Every issue number, and every date or clock time outside a code block, in the installed .md files."""
+    problems = []
+    for doc in sorted(collection.rglob("*.md")):
+        name = doc.relative_to(collection).as_posix()
+        for line, kind, text in _blocks(doc.read_text()):
+            numbers = [*OUR_ISSUE.finditer(text), *(BARE_NUMBER.finditer(text) if kind == "text" else ())]
+            for found in sorted(numbers, key=lambda match: match.start()):
+                problems.append(f"{name}:{line}: an issue number ({found.group(0)})")
+            for found in DIARY.finditer(text) if kind == "text" else ():
+                problems.append(f"{name}:{line}: a dated run ({found.group(0)})")
+    return problems
+
+
+def test_the_installed_docs_hold_no_issue_numbers_and_no_dated_runs(installed):
+    assert diary_problems(installed["collection"]) == []
+
+
+def test_the_diary_check_fails_on_planted_issue_numbers_and_dates(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "x.md").write_text(
+        "# X\n\nSince issue 18 the router (Issue 23, item 3) and #21 do this.\n\n"
+        "| run | figure |\n| --- | --- |\n| 2026-12-03, 00:35 UTC | 1.32 |\n\n"
+        "Seen upstream: vllm#6042, vllm PR#43095, owner/repo#7; a report:\n\n"
+        "```\nplan.json (2026-11-30 10:00:00 UTC)\n#1 vllm.service fails\n```\n")
+    assert [problem.split(": ", 1)[1] for problem in diary_problems(tmp_path)] == [
+        "an issue number (issue 18)", "an issue number (Issue 23)", "an issue number (#21)",
+        "a dated run (2026-12-03)", "a dated run (00:35 UTC)"]
