@@ -105,8 +105,8 @@ def test_the_installed_files_are_no_wider_than_they_should_be(installed):
 
 
 # --- The installed docs send a user only to files the collection holds -------------------------------------
-# A reference is a markdown link to a relative target, or a path in backticks or in a fenced code block whose
-# first part is one of the repository's (REPO_PARTS). It must exist in the installed collection, unless the
+# A reference is a markdown link to a relative target, or a word (in prose, in backticks or in a fenced code
+# block) whose first part is one of the repository's (REPO_PARTS). It must exist in the installed collection, unless the
 # text says it lives in the repository: its paragraph (a list item, a table row; for a code block the block or
 # the paragraph before it) or the page's first paragraph says "the repository" or "a checkout". Then it must
 # exist in the repository (a stale reference fails either way).
@@ -151,10 +151,10 @@ def _blocks(text: str):
 
 def _path_like(token: str) -> str | None:
     """The repository path a word names (`lab/lab`, `tests/unit/x.py::test`, `./scripts/demo`), or None."""
-    token = token.strip().strip("\"'(),;:").removeprefix("./").split("::", 1)[0]
+    token = token.strip().strip("\"'()[],;:").removeprefix("./").split("::", 1)[0]
     if "..." in token or "$" in token or "{{" in token:
         return None
-    token = token.rstrip(".,:;")
+    token = token.rstrip(".,:;)]\"'")
     if token in REPO_FILES or token.startswith(tuple(part + "/" for part in REPO_PARTS)):
         return token.rstrip("/")
     return None
@@ -187,12 +187,13 @@ def reference_problems(collection: Path, repository: Path) -> list[str]:
                     references.append((path.relative_to(collection.resolve()).as_posix(), target))
                 except ValueError:
                     problems.append(f"{name}:{line}: ({target}) points outside the collection")
-            tokens = CODE_SPAN.findall(text) if kind == "text" else text.split()
-            for span in tokens:
-                for token in span.split() if kind == "text" else (span,):
-                    path = _path_like(token)
-                    if path:
-                        references.append((path, token))
+            words = text.split() if kind == "code" else [
+                *(word for span in CODE_SPAN.findall(text) for word in span.split()),
+                *LINK.sub(" ", CODE_SPAN.sub(" ", text)).split()]  # the spans' words, then the prose's
+            for word in words:
+                path = _path_like(word)
+                if path:
+                    references.append((path, word))
             for path, written in references:
                 if _exists(collection, path):
                     continue
@@ -224,7 +225,7 @@ def test_the_reference_walker_fails_on_a_planted_bad_reference(tmp_path):
         "# Runbooks\n\nStart at [the architecture](../architecture.md) and `playbooks/deploy.yml`.\n\n"
         "- a good link: [deploy](../../playbooks/deploy.yml), an anchor [here](#runbooks), "
         "[a site](https://docs.vllm.ai/)\n"
-        "- the lab: `lab/lab up` and `tests/lab/test_x.py::test_y`\n\n"
+        "- the lab: `lab/lab up` and `tests/lab/test_x.py::test_y` (as bench/x.py says).\n\n"
         "The lab is in the repository: `lab/lab status`, not `lab/gone`.\n\n"
         "From a checkout:\n\n```bash\n./lab/lab down\n./scripts/demo\n```\n\n"
         "| `roles/<role>/README.md` | a row |\n")
@@ -236,6 +237,7 @@ def test_the_reference_walker_fails_on_a_planted_bad_reference(tmp_path):
         "docs/runbooks/README.md:3: ../architecture.md is not in the collection",
         "docs/runbooks/README.md:6: lab/lab is not in the collection",
         "docs/runbooks/README.md:6: tests/lab/test_x.py::test_y is not in the collection",
+        "docs/runbooks/README.md:6: bench/x.py is not in the collection",
         "docs/runbooks/README.md:8: lab/gone is in neither the collection nor the repository",
         "docs/runbooks/README.md:12: ./scripts/demo is in neither the collection nor the repository",
         "docs/runbooks/README.md:17: roles/<role>/README.md is not in the collection",
