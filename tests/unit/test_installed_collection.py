@@ -46,7 +46,7 @@ def installed(tmp_path_factory) -> dict:
         (root / "links" / cli).symlink_to(collection / "bin" / cli)
     work = root / "work"
     work.mkdir()
-    return {"root": root, "collection": collection, "env": env, "work": work}
+    return {"root": root, "collection": collection, "env": env, "work": work, "install": install.stdout}
 
 
 def run(installed, argv, **kwargs):
@@ -92,6 +92,13 @@ def test_every_playbook_is_reachable_by_fqcn(installed):
     assert result.returncode == 0, result.stdout[-1500:] + result.stderr[-1500:]
     for playbook in playbooks:
         assert f"playbook: {installed['collection'] / 'playbooks' / playbook.name}\n" in result.stdout, playbook.name
+
+
+def test_the_declared_dependency_is_met_by_the_ansible_package_without_galaxy(installed):
+    """galaxy.yml declares community.grafana; the controller's `ansible` package holds it, so the install (without
+    --no-deps) finds it installed and fetches nothing: no Galaxy is needed where the `ansible` package is."""
+    (line,) = [line for line in installed["install"].splitlines() if "community.grafana" in line]
+    assert "is already installed, skipping" in line, installed["install"]
 
 
 def test_the_installed_files_are_no_wider_than_they_should_be(installed):
