@@ -4,6 +4,8 @@ No checkout on any path: ANSIBLE_COLLECTIONS_PATH is the install directory, the 
 a scratch one, the configuration is empty. The commands run from the installed bin/ (as they are,
 and through a link on PATH), the playbooks by FQCN; what they write lands in the working directory,
 never in the installed collection. tests/lab/test_collection.py does the same against the lab's nodes.
+The installed docs are read too: every path they name is in the collection (or said to be in the
+repository, and there), and they hold no issue number and no dated run.
 """
 
 from __future__ import annotations
