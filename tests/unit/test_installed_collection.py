@@ -115,10 +115,11 @@ def test_the_installed_files_are_no_wider_than_they_should_be(installed):
 
 # --- The installed docs send a user only to files the collection holds -------------------------------------
 # A reference is a markdown link to a relative target, or a word (in prose, in backticks or in a fenced code
-# block) whose first part is one of the repository's (REPO_PARTS). It must exist in the installed collection, unless the
-# text says it lives in the repository: its paragraph (a list item, a table row; for a code block the block or
-# the paragraph before it) or the page's first paragraph says "the repository" or "a checkout". Then it must
-# exist in the repository (a stale reference fails either way).
+# block) whose first part is one of the repository's (REPO_PARTS). It must exist in the installed collection,
+# unless the text says it lives in the repository: "the repository" or "a checkout" in its own paragraph (a list
+# item, a table row), in the paragraph or heading that introduces its list or table, in the paragraph before
+# its code block, or in the page's first paragraph. Then it must exist in the repository (a stale reference
+# fails either way).
 REPO_PARTS = ("tests", "scripts", "lab", "bench", "molecule", ".ci", "requirements", "collections", "docs", "roles",
               "plugins", "playbooks", "meta", "inventories/examples", "inventories/prod.example", "inventories/lab")
 REPO_FILES = ("deploy.yml", "galaxy.yml", "ansible.cfg", "pyproject.toml", "LICENSE", "CHANGELOG.md",
@@ -166,6 +167,8 @@ def _path_like(token: str) -> str | None:
     token = token.rstrip(".,:;)]\"'")
     if token in REPO_FILES or token.startswith(tuple(part + "/" for part in REPO_PARTS)):
         return token.rstrip("/")
+    if re.fullmatch(r"[\w.-]+/[\w./-]+\.md", token) and not token.startswith(("results/", "../")):
+        return token  # any other page by its path (a run's report under results/ is written, not shipped)
     return None
 
 
@@ -183,10 +186,12 @@ def reference_problems(collection: Path, repository: Path) -> list[str]:
         blocks = _blocks(doc.read_text())
         first = next((text for _, kind, text in blocks if kind == "text" and not text.startswith("#")), "")
         page_marked = bool(IN_THE_REPOSITORY.search(first))
-        previous = ""
+        previous = lead = ""  # the last text block; the last paragraph or heading (what introduces a list)
         for line, kind, text in blocks:
+            item = kind == "text" and bool(NEW_BLOCK.match(text)) and not text.startswith("#")
             marked = page_marked or bool(IN_THE_REPOSITORY.search(text)) or (
-                kind == "code" and bool(IN_THE_REPOSITORY.search(previous)))
+                kind == "code" and bool(IN_THE_REPOSITORY.search(previous))) or (
+                item and bool(IN_THE_REPOSITORY.search(lead)))
             references = []  # (path relative to the collection's root, as written)
             for target in LINK.findall(text) if kind == "text" else ():
                 if re.match(r"^[a-z][a-z0-9+.-]*:|^#", target, re.I):
@@ -213,6 +218,7 @@ def reference_problems(collection: Path, repository: Path) -> list[str]:
                     problems.append(f"{name}:{line}: {written} is in neither the collection nor the repository")
             if kind == "text":
                 previous = text
+            lead = "" if kind == "code" else lead if item else text
     return problems
 
 
@@ -230,6 +236,8 @@ def test_the_reference_walker_fails_on_a_planted_bad_reference(tmp_path):
         (root / "playbooks" / "deploy.yml").write_text("---\n")
     (repository / "lab").mkdir()
     (repository / "lab" / "lab").write_text("#!/bin/sh\n")
+    (repository / "tests" / "unit").mkdir(parents=True)
+    (repository / "tests" / "unit" / "test_ok.py").write_text("")
     (collection / "docs" / "runbooks" / "README.md").write_text(
         "# Runbooks\n\nStart at [the architecture](../architecture.md) and `playbooks/deploy.yml`.\n\n"
         "- a good link: [deploy](../../playbooks/deploy.yml), an anchor [here](#runbooks), "
@@ -237,7 +245,9 @@ def test_the_reference_walker_fails_on_a_planted_bad_reference(tmp_path):
         "- the lab: `lab/lab up` and `tests/lab/test_x.py::test_y` (as bench/x.py says).\n\n"
         "The lab is in the repository: `lab/lab status`, not `lab/gone`.\n\n"
         "From a checkout:\n\n```bash\n./lab/lab down\n./scripts/demo\n```\n\n"
-        "| `roles/<role>/README.md` | a row |\n")
+        "| `roles/<role>/README.md` | a row |\n\n"
+        "## Tests (in the repository)\n\n- `tests/unit/test_ok.py` and `tests/unit/test_gone.py`\n\n"
+        "After them: `tests/unit/test_ok.py`.\n")
     (collection / "docs" / "lab.md").write_text(
         "# Lab\n\nThis page is about the repository's lab: `lab/lab`.\n\nLater: `lab/lab`, `bench/x.py`.\n")
     problems = reference_problems(collection, repository)
@@ -250,6 +260,8 @@ def test_the_reference_walker_fails_on_a_planted_bad_reference(tmp_path):
         "docs/runbooks/README.md:8: lab/gone is in neither the collection nor the repository",
         "docs/runbooks/README.md:12: ./scripts/demo is in neither the collection nor the repository",
         "docs/runbooks/README.md:17: roles/<role>/README.md is not in the collection",
+        "docs/runbooks/README.md:21: tests/unit/test_gone.py is in neither the collection nor the repository",
+        "docs/runbooks/README.md:23: tests/unit/test_ok.py is not in the collection",
     ]
     assert [problem.split(" (")[0] for problem in problems] == expected, problems
 
