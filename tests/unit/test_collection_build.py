@@ -9,6 +9,7 @@ seen to fail.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -25,7 +26,8 @@ ANSIBLE_GALAXY = str(Path(sys.executable).with_name("ansible-galaxy"))
 
 # Everything the artifact may hold (full-path regular expressions).
 ALLOWED = [re.compile(pattern) for pattern in (
-    r"MANIFEST\.json", r"FILES\.json", r"README\.md", r"CHANGELOG\.md", r"meta/runtime\.yml", r"meta/variables\.yml",
+    r"MANIFEST\.json", r"FILES\.json", r"README\.md", r"CHANGELOG\.md", r"LICENSE", r"deploy\.yml",
+    r"meta/runtime\.yml", r"meta/variables\.yml",
     r"bin/vllm-cluster", r"bin/vllm-cluster-report",
     r"plugins/(modules|filter|lookup)/[a-z_]+\.(py|yml)", r"plugins/module_utils/([a-z_]+/)*[a-z_]+\.py",
     r"roles/[a-z_]+/(defaults|vars|meta|tasks|handlers|templates|files)/[^/]+",
@@ -121,7 +123,7 @@ def test_the_artifact_holds_only_what_a_user_runs(artifact):
 def test_the_artifact_holds_everything_a_user_runs(artifact):
     with tarfile.open(artifact) as tar:
         names = set(tar.getnames())
-    for required in ("README.md", "meta/runtime.yml", "meta/variables.yml", "bin/vllm-cluster", "bin/vllm-cluster-report",
+    for required in ("README.md", "LICENSE", "deploy.yml", "meta/runtime.yml", "meta/variables.yml", "bin/vllm-cluster", "bin/vllm-cluster-report",
                      "playbooks/deploy.yml", "playbooks/plan.yml", "plugins/modules/stage_stamp.py",
                      "plugins/filter/deploy_stage.yml", "plugins/module_utils/plan/build.py",
                      "roles/vllm_service/files/vllm-head-watch", "roles/vllm_service/templates/vllm.service.j2",
@@ -132,6 +134,25 @@ def test_the_artifact_holds_everything_a_user_runs(artifact):
         assert f"roles/{role.name}/meta/main.yml" in names, role.name
     for playbook in (REPO / "playbooks").glob("*.yml"):
         assert f"playbooks/{playbook.name}" in names, playbook.name
+
+
+def test_the_metadata_is_true_and_names_every_collection_the_roles_use(artifact):
+    """MANIFEST.json as ansible-galaxy wrote it: Apache-2.0 with its text, no placeholder URL, and every
+    collection that a role or playbook calls by FQCN (other than ansible.builtin and this one) a dependency."""
+    with tarfile.open(artifact) as tar:
+        info = json.load(tar.extractfile("MANIFEST.json"))["collection_info"]
+        license_text = tar.extractfile("LICENSE").read().decode()
+    assert info["license"] == ["Apache-2.0"]
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    assert "END OF TERMS AND CONDITIONS" in license_text
+    for field in ("repository", "documentation", "homepage", "issues"):
+        assert not info.get(field) or ".invalid" not in info[field], (field, info[field])
+    used = set()
+    for path in [*(REPO / "roles").rglob("*.yml"), *(REPO / "playbooks").rglob("*.yml"), REPO / "deploy.yml"]:
+        used |= set(re.findall(r"^\s*-?\s*([a-z_]+\.[a-z_]+)\.[a-z_]+:", path.read_text(), re.M))
+    used -= {"ansible.builtin", "vllm_ops.cluster"}
+    assert "community.grafana" in used  # the check reads what it should
+    assert used <= set(info["dependencies"]), (used, info["dependencies"])
 
 
 def _copy_of_the_tree(target: Path) -> Path:

@@ -1,5 +1,5 @@
 """What Prometheus saw during a benchmark stage: running and waiting requests, KV usage and output
-throughput per replica, over the stage's load window (issue 19).
+throughput per replica, over the stage's load window.
 
 The stage record keeps them (``timelines``) and the report draws them (timelines.png). Read from a
 Prometheus that scrapes the deployment (role vllm_monitoring: targets labelled ``deployment``, ``node``,

@@ -163,7 +163,7 @@ class Node:
             return bool(self.plan.get("runs_vllm"))
         return self.installed(VLLM_UNIT)
 
-    # --- the compared facts (issue 23, item 3; docs/doctor.md "Compared facts"); {} in older evidence ---
+    # --- the compared facts (docs/doctor.md "Compared facts"); {} in older evidence ---
     @property
     def routes(self):
         """address -> outgoing interface (None: no route)."""

@@ -1,4 +1,4 @@
-"""What Prometheus knows of a deployment, as the doctor's evidence (``evidence["metrics"]``, issue 19 item 5).
+"""What Prometheus knows of a deployment, as the doctor's evidence (``evidence["metrics"]``).
 
 ``gather`` asks the Prometheus of role vllm_monitoring (targets labelled ``deployment``, ``node``,
 ``replica``) for the alerts firing on the deployment and, per replica, the recent trend: requests

@@ -104,7 +104,7 @@ OBSERVATIONS = {
     "gpu_facts_failed": obs_gpu_facts_failed,
     "api_unanswered_from_client": obs_api_unanswered_from_client,
     "chat_template_missing": obs_chat_template_missing,
-    # Compared facts (issue 23, item 3)
+    # Compared facts
     "fabric_mtu_differs": obs_fabric_mtu_differs,
     "fabric_link_down": obs_fabric_link_down,
     "route_to_peer_wrong": obs_route_to_peer_wrong,
@@ -114,11 +114,11 @@ OBSERVATIONS = {
     "service_user_access": obs_service_user_access,
     "disk_low": obs_disk_low,
     "api_key_differs": obs_api_key_differs,
-    # What Prometheus knows (issue 19, item 5)
+    # What Prometheus knows
     "kv_saturated": obs_kv_saturated,
     "alert_firing": obs_alert_firing,
     "metrics_unreadable": obs_metrics_unreadable,
-    # The router's view of each worker (issue 18, item 4)
+    # The router's view of each worker
     "router_unreachable": obs_router_unreachable,
     "router_worker_missing": obs_router_worker_missing,
     "router_worker_unhealthy": obs_router_worker_unhealthy,

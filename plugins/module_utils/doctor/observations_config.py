@@ -1,4 +1,4 @@
-"""Observations of the compared facts (issue 23, item 3): what a node shows against the plan or the other nodes.
+"""Observations of the compared facts: what a node shows against the plan or the other nodes.
 
 The units' drop-ins and ``Environment=`` against what the deployment writes,
 their limits (and those of their running main process) against the templates',

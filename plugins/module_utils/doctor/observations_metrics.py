@@ -1,5 +1,5 @@
 """Observations of what Prometheus knows (``evidence["metrics"]``, gathered by ``metrics.gather``): the trend
-of each replica and the alerts firing (issue 19 item 5). Without a Prometheus named, they see nothing.
+of each replica and the alerts firing. Without a Prometheus named, they see nothing.
 
 Pure Python 3.11, no Ansible import.
 """

@@ -391,7 +391,7 @@ def obs_api_unanswered_from_client(cluster, params):
                      url=url, probe=first["probe"], error=first.get("error") or "no answer")]
 
 
-# --- Compared facts (issue 23, item 3): the fabric interface's MTU and state, the routes to the other nodes ----------
+# --- Compared facts: the fabric interface's MTU and state, the routes to the other nodes ----------
 
 
 def reference_value(values, head_name=None):

@@ -1,4 +1,4 @@
-"""Observations of the router's view (issue 18): each router host's workers compared with the deployment's planned
+"""Observations of the router's view: each router host's workers compared with the deployment's planned
 workers (``router_workers`` of its plan). Read from ``evidence["routers"]`` (``router_view.routers_from_saved``);
 without router hosts in the inventory they see nothing.
 

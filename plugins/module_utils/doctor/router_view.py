@@ -1,4 +1,4 @@
-"""The router's view of its workers (issue 18), read from what roles/doctor/tasks/gather.yml saved.
+"""The router's view of its workers, read from what roles/doctor/tasks/gather.yml saved.
 
 On each router host that fronts the deployment the doctor GETs, without a key, vllm-router's ``/list_workers``,
 ``/workers`` and ``/readiness`` on its client port and ``/metrics`` on its metrics port. ``routers_from_saved``

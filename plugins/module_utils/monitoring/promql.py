@@ -51,7 +51,7 @@ def query(url, expr, timeout=10.0, opener=urllib.request.urlopen):
 def empty_queries(url, exprs, timeout=10.0, opener=urllib.request.urlopen):
     """``{expr: why}`` for each expression that returns no series (or fails) at ``url``; {} when all do.
 
-    The live check of the dashboards (issue 19): after a bounded load, every panel must show something.
+    The live check of the dashboards: after a bounded load, every panel must show something.
     Grafana's variables (``$deployment``) must be substituted before (``substitute``).
     """
     found = {}

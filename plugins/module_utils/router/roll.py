@@ -1,7 +1,7 @@
 """How a change reaches a deployment's running servers: one server at a time behind the router, or not at all.
 
 ``roll_steps(previous, new)`` compares the plan that runs (``/etc/vllm-cluster/plan.json``, kept by vllm_service)
-with the new one and says what a change may do (issue 18, item 3):
+with the new one and says what a change may do:
 
 - ``first``: nothing runs yet (no previous plan): deploy starts every server;
 - ``none``: no server's command line or environment changes;
