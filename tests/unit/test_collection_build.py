@@ -164,6 +164,8 @@ def _copy_of_the_tree(target: Path) -> Path:
 
 def _private_key(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)  # the README's lab, when it is up, left its own key in the copied tree
+    path.with_name(path.name + ".pub").unlink(missing_ok=True)
     if shutil.which("ssh-keygen"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "planted", "-f", str(path)],
                        check=True, capture_output=True, timeout=60)
@@ -174,7 +176,7 @@ def _private_key(path: Path) -> None:
 def test_what_a_lab_or_an_operator_leaves_in_the_tree_never_ships(tmp_path):
     tree = _copy_of_the_tree(tmp_path / "tree")
     _private_key(tree / "inventories/lab/ssh/id_ed25519")
-    (tree / "inventories/lab/secrets").mkdir()
+    (tree / "inventories/lab/secrets").mkdir(exist_ok=True)
     (tree / "inventories/lab/secrets/vllm-api-key").write_text("Zk3q9VJm2x8sY_0a7bQwErTyUiOpLkJh-GfDsA1z2X3\n")
     (tree / "inventories/lab/hosts.yml").write_text("---\nall: {}\n")
     for inventory in ("prod", "prod-eu", "staging"):
