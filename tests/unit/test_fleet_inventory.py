@@ -233,9 +233,9 @@ def test_variables_must_agree_inside_a_deployment_not_between_deployments(tmp_pa
          "gpu-c": {"ansible_host": "192.0.2.3"}})
     result, report = play(inventory)
     assert result.returncode != 0
-    assert check_messages(report) == {"small": (
+    assert check_messages(report) == {"small": [
         "vllm_cluster_max_model_len differs between the hosts of deployment small: gpu-b=4096, gpu-c=8192; "
-        "set it for the group (group_vars), not per host (the plan reads the head's value alone)")}
+        "set it for the group (group_vars), not per host (the plan reads the head's value alone)"]}
 
 
 def test_two_inventory_hosts_of_one_machine_fail_the_plan_before_any_node_is_contacted(tmp_path):

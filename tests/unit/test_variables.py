@@ -67,18 +67,18 @@ def test_the_suggestion_is_the_variable_meant_first(typo, meant):
 
 def test_a_group_variable_misspelled_is_one_line_for_all_its_hosts():
     found = problems({host: node(vllm_cluster_backnd="ray") for host in ("gpu-a", "gpu-b", "gpu-c")})
-    assert found == ['hosts gpu-a, gpu-b, gpu-c: vllm_cluster_backnd="ray" is not a variable of vllm-cluster; '
+    assert found == ["hosts gpu-a, gpu-b, gpu-c: vllm_cluster_backnd='ray' is not a variable of vllm-cluster; "
                      "did you mean vllm_cluster_backend?"]
 
 
 def test_a_role_variable_is_checked_against_its_roles_spec():
     found = problems({"gpu-a": node(vllm_service_startup_timeout_s=1800, node_firewall_api_allowed_cidr=["10.0.0.0/8"])})
-    assert found[0] == ('host gpu-a: node_firewall_api_allowed_cidr=["10.0.0.0/8"] is not a variable of role '
+    assert found[0] == ("host gpu-a: node_firewall_api_allowed_cidr=['10.0.0.0/8'] is not a variable of role "
                         "node_firewall; did you mean node_firewall_api_allowed_cidrs?")
     assert found[1].startswith("host gpu-a: vllm_service_startup_timeout_s=1800 is not a variable of role vllm_service; "
                                "did you mean vllm_service_start_timeout_s")
     nothing_close = problems({"gpu-a": node(doctor_colour="red")})
-    assert nothing_close == ['host gpu-a: doctor_colour="red" is not a variable of role doctor; the known ones are in '
+    assert nothing_close == ["host gpu-a: doctor_colour='red' is not a variable of role doctor; the known ones are in "
                              "roles/doctor/meta/argument_specs.yml (ansible-doc -t role vllm_ops.cluster.doctor)"]
 
 
@@ -154,8 +154,8 @@ def test_the_exemption_is_read_from_the_spec(tmp_path):
     del spec["variables"]["vllm_cluster_fabric_address"]["per_host"]
     (tmp_path / COLLECTION_SPEC).write_text(yaml.safe_dump(spec))
     assert variable_problems(hosts, tmp_path) == [
-        'vllm_cluster_fabric_address differs between the hosts of deployment vllm: gpu-a="10.0.0.1", '
-        'gpu-b="10.0.0.2"; set it for the group (group_vars), not per host (every host must have the same value)']
+        "vllm_cluster_fabric_address differs between the hosts of deployment vllm: gpu-a='10.0.0.1', "
+        "gpu-b='10.0.0.2'; set it for the group (group_vars), not per host (every host must have the same value)"]
     # And a new option in a role's spec is known at once.
     role_spec = tmp_path / "roles/vllm_verify/meta/argument_specs.yml"
     data = yaml.safe_load(role_spec.read_text())
