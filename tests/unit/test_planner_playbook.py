@@ -244,7 +244,8 @@ def test_a_misspelled_variable_fails_the_plan_before_any_node_is_contacted(tmp_p
     result, report = play(inventory)
     assert result.returncode != 0, result.stdout[-2000:]
     assert [entry["task"]["name"] for one_play in report["plays"] for entry in one_play["tasks"]] == [
-        FLEET, "Print the deployments this run acts on", CHECK, CHECK_STOP]
+        "Check the deployments of vllm_nodes (fleet_problems)", "Stop when the deployments are refused", FLEET,
+        "Print the deployments this run acts on", CHECK, CHECK_STOP]
     assert check_messages(report)["vllm"] == [
         "host gpu-z: vllm_cluster_gpus_typo={} is not a variable of vllm-cluster; did you mean vllm_cluster_gpus?",
         "host gpu-z: vllm_cluster_tensor_parallel=2 is not a variable of vllm-cluster; did you mean vllm_cluster_tp?"]
