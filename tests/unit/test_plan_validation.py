@@ -202,10 +202,12 @@ def test_argument_problems_take_what_ansibles_validator_takes_and_group_the_host
     assert argument_problems({"gpu-a": {}}, REPO) == []
 
 
-def test_an_unreadable_value_is_named_with_its_error_and_a_secret_never_shown(tmp_path):
-    found = argument_problems({"gpu-a": {"vllm_verify_fail": unreadable("'nope' is undefined")}}, REPO)
-    assert found == ["host gpu-a: vllm_verify_fail=<cannot read it: 'nope' is undefined>: expected true or false "
-                     "(role vllm_verify, roles/vllm_verify/meta/argument_specs.yml)"]
+def test_a_value_of_node_facts_is_left_to_the_role_and_a_secret_never_shown(tmp_path):
+    # A template of what only a node knows (its facts) cannot be rendered before any node is contacted.
+    assert argument_problems({"gpu-a": {"vllm_verify_fail": unreadable("'ansible_memtotal_mb' is undefined"),
+                                        "vllm_verify_wait_timeout_s": "soon"}}, REPO) == [
+        "host gpu-a: vllm_verify_wait_timeout_s='soon': expected an integer "
+        "(role vllm_verify, roles/vllm_verify/meta/argument_specs.yml)"]
     # Every secret of the roles is a string, which takes any value; a spec with an integer secret shows how one
     # would be refused (the collection's spec files, copied, with one more option).
     for path in REPO.glob("roles/*/meta/argument_specs.yml"):

@@ -6,7 +6,8 @@ against that role's ``meta/argument_specs.yml`` with
 role runs at its start, so that playbooks/plan.yml refuses on the controller what
 the role would refuse on a node, stages later. Only the values the inventory sets
 are checked: a role's defaults are its own (they are templates the role renders on
-its node), and no option of a role is required. An option declared by several
+its node), and no option of a role is required. A value the controller cannot
+render yet (a template of a node's facts) is left to the role. An option declared by several
 entry points of a role is checked once, as its first entry point (``main``)
 declares it. A value is checked as the validator converts it: a quoted integer
 ("900") is that integer, a quoted boolean ("true", "yes") that boolean.
@@ -101,8 +102,9 @@ def option_problem(name, value, option):
 def argument_problems(host_vars, root):
     """One line per (role variable, value) that its role's argument spec refuses, naming every host that sets it.
 
-    ``host_vars`` is ``{host: {name: value}}`` (a name absent: not set there); values that could not be read
-    are named with their error.
+    ``host_vars`` is ``{host: {name: value}}`` (a name absent: not set there). A value that cannot be read
+    on the controller before any node is contacted (a template of a node's facts) is left to the role, which
+    validates it when it starts.
     """
     options = role_options(root)
     problems = []
@@ -115,9 +117,7 @@ def argument_problems(host_vars, root):
         hidden = bool(option.get("no_log")) or bool(declared.SECRET.search(name))
         for value, hosts in by_value.values():
             if declared.is_unreadable(value):
-                problems.append(f"{declared._hosts_text(hosts)}: {name}={declared.show(value)}: expected "
-                                f"{expected(option)} (role {role}, {source})")
-                continue
+                continue  # a template of what the controller cannot know yet (a node's facts): the role checks it
             problem = option_problem(name, value, option)
             if problem:
                 problems.append(f"{declared._hosts_text(hosts)}: {name}={declared.show(value, hidden)}: {problem} "

@@ -327,7 +327,9 @@ def input_problems(host_vars):
                 value = variables[spec.variable]
                 by_value.setdefault(_canonical(value), (value, []))[1].append(host)
         for value, hosts in by_value.values():
-            wanted = "a readable value" if isinstance(value, _Unreadable) else _input_expected(spec, value)
+            if isinstance(value, _Unreadable):
+                continue  # the planner reads it again, and names its error, once the facts are gathered
+            wanted = _input_expected(spec, value)
             if wanted:
                 problems.append(f"{_hosts_text(hosts)}: {spec.variable}={show(value)}: expected {wanted} "
                                 f"(a planner input, {REQUEST_SPEC})")
