@@ -159,6 +159,17 @@ def test_the_opt_out_lets_a_run_without_a_key_reach_the_nodes(tmp_path):
     assert "vllm_cluster_api_key is not set" not in output and "UNREACHABLE" in output, output[-3000:]
 
 
+def test_a_deployment_without_a_model_is_refused_before_any_node_is_contacted(tmp_path):
+    path = inventory(tmp_path, {"vllm_cluster_api_key": "k3y"})
+    data = yaml.safe_load(path.read_text())
+    del data["all"]["children"]["vllm_nodes"]["vars"]["vllm_cluster_model"]
+    path.write_text(yaml.safe_dump(data))
+    result, output = deploy(tmp_path, path)
+    refused_before_any_node(result, output)
+    assert output.count("hosts node1, node2: vllm_cluster_model is not set: expected the model to serve, a catalog "
+                        "name, a hub id or a path on the controller, set for the deployment's group") == 1
+
+
 def test_plan_yml_alone_does_not_ask_for_a_key(tmp_path):
     """Only a run that starts vLLM needs the key (deploy.yml says so); planning alone contacts no node."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")

@@ -312,12 +312,17 @@ def _input_expected(spec, value):
 
 
 def input_problems(host_vars):
-    """One line per planner input (request.py's INPUTS) of the wrong kind: a word for an integer, an unknown choice.
+    """One line per planner input (request.py's INPUTS) of the wrong kind (a word for an integer, an unknown
+    choice), and one when no host of the deployment sets the model.
 
     Quoted numbers and booleans are what the planner reads them as ("2" is 2, checks.from_text); ranges and the
     rules between inputs are the planner's, which names them when it plans.
     """
     problems = []
+    model = BY_KEY["model"].variable
+    if host_vars and not any(model in variables for variables in host_vars.values()):
+        problems.append(f"{_hosts_text(list(host_vars))}: {model} is not set: expected the model to serve, a catalog "
+                        "name, a hub id or a path on the controller, set for the deployment's group")
     for spec in INPUTS:
         if not spec.variable or spec.kind not in ("int", "number", "bool", "choice"):
             continue
