@@ -261,10 +261,23 @@ class LazyVars(Mapping):
 
 
 def test_the_filter_reads_only_our_names_and_reports_a_broken_template():
-    hosts = {"gpu-a": LazyVars({"ansible_host": "{{ undefined }}", "vllm_cluster_tp": 2,
+    model = {"vllm_cluster_model": "llama-3.1-8b"}
+    hosts = {"gpu-a": LazyVars({"ansible_host": "{{ undefined }}", "vllm_cluster_tp": 2, **model,
                                 "vllm_cluster_max_model_lenght": "{{ undefined }}"}),
-             "gpu-b": LazyVars({"vllm_cluster_tp": 2})}
+             "gpu-b": LazyVars({"vllm_cluster_tp": 2, **model})}
     found = the_filter(hosts)
     assert found == ["host gpu-a: vllm_cluster_max_model_lenght=<cannot read it: \"'undefined' is undefined\"> is not a "
                      "variable of vllm-cluster; did you mean vllm_cluster_max_model_len?"]
-    assert the_filter({"gpu-a": LazyVars({"vllm_cluster_tp": 2})}, "named") == []
+    assert the_filter({"gpu-a": LazyVars({"vllm_cluster_tp": 2, **model})}, "named") == []
+    # The filter adds the checks that need more than the specs' names: a planner input's kind, a role's spec (Ansible's
+    # validator), the model, and with api_key the key.
+    assert the_filter({"gpu-a": LazyVars({"vllm_cluster_tp": "two", "vllm_verify_fail": "maybe"})}, api_key=True) == [
+        "host gpu-a: vllm_cluster_model is not set: expected the model to serve, a catalog name, a hub id or a path on "
+        "the controller, set for the deployment's group",
+        "host gpu-a: vllm_cluster_tp='two': expected an integer (a planner input, plugins/module_utils/plan/request.py)",
+        "host gpu-a: vllm_verify_fail='maybe': expected true or false "
+        "(role vllm_verify, roles/vllm_verify/meta/argument_specs.yml)",
+        "host gpu-a: vllm_cluster_api_key is not set (or empty): expected the API key vLLM requires on /v1; set it for "
+        "the deployment's group from Ansible Vault or an environment lookup (inventories/prod.example/group_vars/"
+        "vllm_nodes.yml shows both); to serve without a key (UNSAFE: anyone who reaches the API port can use it) set "
+        "vllm_service_allow_no_api_key: true"]
