@@ -1,7 +1,7 @@
 """Filters for a fleet inventory: its deployments, and each play's hosts and serial batches.
 
-One file, six filters: each one's documentation is the .yml of its name beside this file
-(fleet_deployments.yml, fleet_hosts.yml, fleet_batches.yml, fleet_co_resident_problems.yml,
+One file, seven filters: each one's documentation is the .yml of its name beside this file
+(fleet_deployments.yml, fleet_problems.yml, fleet_hosts.yml, fleet_batches.yml, fleet_co_resident_problems.yml,
 fleet_machine_plans.yml, deployment_service.yml). The logic is plugins/module_utils/plan/fleet.py.
 """
 
@@ -11,7 +11,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import build, fleet
 
 
-def _selected(hosts, hostvars, only, with_co_residents=False):
+def _select(hosts, hostvars, only, with_co_residents=False):
+    """``(selected deployments, [])``, or ``(None, problems)``: one line each."""
     if hasattr(hosts, "get"):  # Ansible's groups: the hosts of vllm_nodes, in inventory order
         hosts = hosts.get("vllm_nodes") or []
     if not isinstance(hosts, (list, tuple)):
@@ -20,7 +21,7 @@ def _selected(hosts, hostvars, only, with_co_residents=False):
         # Ansible fills hostvars when its first play starts: before that (--syntax-check, or a --limit that skipped
         # plan.yml's controller plays) every host is one batch. Nothing runs wrongly so: without plan.yml's play
         # no host has a plan, and every role's preflight stops on that.
-        return [(None, list(hosts))]
+        return [(None, list(hosts))], []
 
     def read(host, name):
         variables = hostvars[host] if host in hostvars else {}
@@ -34,11 +35,18 @@ def _selected(hosts, hostvars, only, with_co_residents=False):
         problems = fleet.shared_machine_problems(every, machine_of,
                                                  {host: read(host, "vllm_cluster_gpu_ids") for host in hosts})
     except fleet.FleetError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
+        return None, [str(exc)]
+    if problems:
+        return None, problems
+    if with_co_residents:
+        return fleet.co_residents(every, selected, machine_of), []
+    return selected, []
+
+
+def _selected(hosts, hostvars, only, with_co_residents=False):
+    selected, problems = _select(hosts, hostvars, only, with_co_residents)
     if problems:
         raise AnsibleFilterError("; ".join(problems))
-    if with_co_residents:
-        return fleet.co_residents(every, selected, machine_of)
     return selected
 
 
@@ -65,6 +73,14 @@ def fleet_deployments(hosts, hostvars, only=None, with_co_residents=False):
         raise AnsibleFilterError("fleet_deployments: hostvars is undefined (call it inside a play)")
     return [{"name": name, "hosts": members}
             for name, members in _selected(hosts, hostvars, only, with_co_residents)]
+
+
+def fleet_problems(hosts, hostvars, only=None):
+    """Lines for what fleet_deployments would fail on (a bad name or selection, a machine shared without disjoint
+    GPUs); [] when the fleet is sound. playbooks/plan.yml prints them once, before fleet_deployments runs."""
+    if hostvars is None:
+        raise AnsibleFilterError("fleet_problems: hostvars is undefined (call it inside a play)")
+    return _select(hosts, hostvars, only, True)[1]
 
 
 def fleet_co_resident_problems(hosts, hostvars):
@@ -122,6 +138,7 @@ class FilterModule:
     """vllm_ops.cluster fleet filters (documentation: fleet_deployments.yml, fleet_hosts.yml, fleet_batches.yml)."""
 
     def filters(self):
-        return {"fleet_deployments": fleet_deployments, "fleet_hosts": fleet_hosts, "fleet_batches": fleet_batches,
+        return {"fleet_deployments": fleet_deployments, "fleet_problems": fleet_problems, "fleet_hosts": fleet_hosts,
+                "fleet_batches": fleet_batches,
                 "fleet_co_resident_problems": fleet_co_resident_problems,
                 "fleet_machine_plans": fleet_machine_plans, "deployment_service": deployment_service}

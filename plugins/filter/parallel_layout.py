@@ -25,11 +25,17 @@ def parallel_layout(request):
         raise AnsibleFilterError(f"parallel_layout: {exc}") from None
 
 
-def plan_from_inventory(variables, cluster, host=None):
-    """The plan of the head's planning variables (plan/request.py's INPUTS) and the cluster plan.yml built."""
+def plan_from_inventory(variables, cluster, host=None, refusal=False):
+    """The plan of the head's planning variables (plan/request.py's INPUTS) and the cluster plan.yml built.
+
+    With ``refusal`` a PlanError is returned as ``{"refusal": message}`` (playbooks/plan.yml fails with it, the
+    planner's words alone) instead of raised.
+    """
     try:
         return plan(PlanRequest.from_variables(variables, cluster, host))
     except PlanError as exc:
+        if refusal:
+            return {"refusal": str(exc)}
         raise AnsibleFilterError(f"plan: {exc}") from None
 
 

@@ -1,4 +1,4 @@
-"""Filter ``vllm_ops.cluster.variable_problems``: unknown and divergent variables of a deployment's hosts.
+"""Filter ``vllm_ops.cluster.variable_problems``: unknown, divergent and wrongly typed variables, the API key.
 
 Its documentation is variable_problems.yml beside this file.
 """
@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import arguments
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import variables as declared
 
 # The collection's root (plugins/filter/ is two levels down): its roles' and meta/ specs ship with it.
@@ -47,12 +48,17 @@ class _Guarded(Mapping):
         return len(self._names)
 
 
-def variable_problems(host_vars, deployment=None):
+def variable_problems(host_vars, deployment=None, api_key=False):
     if not hasattr(host_vars, "items"):
         raise AnsibleFilterError(f"variable_problems: expected {{host: hostvars[host]}}, got {type(host_vars).__name__}")
     prefixes = declared.checked_prefixes(ROOT)
     guarded = {str(host): _Guarded(variables, prefixes) for host, variables in host_vars.items()}
-    return declared.variable_problems(guarded, ROOT, deployment)
+    problems = declared.variable_problems(guarded, ROOT, deployment)
+    problems += declared.input_problems(guarded)
+    problems += arguments.argument_problems(guarded, ROOT)
+    if api_key:
+        problems += arguments.api_key_problems(guarded)
+    return problems
 
 
 class FilterModule:

@@ -17,10 +17,14 @@ from ansible_collections.vllm_ops.cluster.plugins.filter.fleet import (
     fleet_deployments,
     fleet_hosts,
     fleet_machine_plans,
+    fleet_problems,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import fleet
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 from test_planner_playbook import COMPUTE, EXAMPLES, SET_ON, check_messages, play, task
+
+FLEET_CHECK = "Check the deployments of vllm_nodes (fleet_problems)"
+FLEET_STOP = "Stop when the deployments are refused"
 
 REPO = Path(__file__).resolve().parents[2]
 FLEET_EXAMPLE = EXAMPLES / "fleet-two-models"
@@ -120,6 +124,13 @@ def test_plans_sharing_a_machine_must_open_distinct_ports_and_run_mp():
         "host b (embed) shares machine m with another deployment and plans backend ray")
 
 
+def fleet_problems_of(hosts, hostvars, only):
+    """The message fleet_deployments fails with."""
+    with pytest.raises(AnsibleFilterError) as raised:
+        fleet_deployments(hosts, hostvars, only)
+    return str(raised.value.message)
+
+
 def test_the_filters_read_hostvars_and_fail_with_the_message():
     hostvars = {"a1": {"vllm_cluster_deployment": "chat", "ansible_host": "10.0.0.1"},
                 "b1": {"vllm_cluster_deployment": "embed", "ansible_host": "10.0.0.2"},
@@ -131,9 +142,14 @@ def test_the_filters_read_hostvars_and_fail_with_the_message():
     assert fleet_hosts(hosts, hostvars, "embed") == ["b1"] and fleet_batches(hosts, hostvars, "embed") == [1]
     # Before any play ran (--syntax-check): every host, one batch (no host has a plan then, so nothing runs).
     assert fleet_hosts(hosts, None) == hosts and fleet_batches(hosts, None) == []
+    assert fleet_problems(hosts, hostvars) == [] and fleet_problems(hosts, hostvars, "embed") == []
+    assert fleet_problems(hosts, hostvars, "code") == [fleet_problems_of(hosts, hostvars, "code")]
     hostvars["b1"]["ansible_host"] = "10.0.0.1"
     with pytest.raises(AnsibleFilterError, match=r"hosts a1 \(chat\), b1 \(embed\) are one machine"):
         fleet_batches(hosts, hostvars)
+    # The same refusal as a line (plan.yml prints it once, then stops).
+    problems = fleet_problems(hosts, hostvars)
+    assert len(problems) == 1 and problems[0].startswith("hosts a1 (chat), b1 (embed) are one machine")
     # With disjoint GPU lists they share it; a run of embed alone plans chat too (with_co_residents), not a2's
     # machine-mates (it has none).
     hostvars["a1"]["vllm_cluster_gpu_ids"], hostvars["b1"]["vllm_cluster_gpu_ids"] = [0, 1], [2, 3]
@@ -206,9 +222,10 @@ def test_a_selected_deployment_is_planned_alone():
     assert planned == ["small"]
     result, report = play(FLEET_EXAMPLE, "-e", "vllm_cluster_deployments=smal")
     assert result.returncode != 0
-    failed = task(report, "Find the deployments of vllm_nodes (vllm_cluster_deployments selects some)")["localhost"]
-    assert "vllm_cluster_deployments names smal, which no host of vllm_nodes has" in failed["msg"]
-    assert "this inventory's deployments: chat, small" in failed["msg"]
+    printed = task(report, FLEET_CHECK)["localhost"]["msg"]
+    assert len(printed) == 1 and "vllm_cluster_deployments names smal, which no host of vllm_nodes has" in printed[0]
+    assert "this inventory's deployments: chat, small" in printed[0]
+    assert "Find the deployments of vllm_nodes" not in json.dumps(report)  # stopped before the filter that raises
 
 
 def _two_group_inventory(tmp_path, chat_hosts, small_hosts, small_vars=None):
@@ -233,9 +250,9 @@ def test_variables_must_agree_inside_a_deployment_not_between_deployments(tmp_pa
          "gpu-c": {"ansible_host": "192.0.2.3"}})
     result, report = play(inventory)
     assert result.returncode != 0
-    assert check_messages(report) == {"small": (
+    assert check_messages(report) == {"small": [
         "vllm_cluster_max_model_len differs between the hosts of deployment small: gpu-b=4096, gpu-c=8192; "
-        "set it for the group (group_vars), not per host (the plan reads the head's value alone)")}
+        "set it for the group (group_vars), not per host (the plan reads the head's value alone)"]}
 
 
 def test_two_inventory_hosts_of_one_machine_fail_the_plan_before_any_node_is_contacted(tmp_path):
@@ -243,9 +260,12 @@ def test_two_inventory_hosts_of_one_machine_fail_the_plan_before_any_node_is_con
                                      {"gpu-a-small": {"ansible_host": "192.0.2.1"}})
     result, report = play(inventory)
     assert result.returncode != 0
-    failed = task(report, "Find the deployments of vllm_nodes (vllm_cluster_deployments selects some)")["localhost"]
-    assert ("hosts gpu-a (chat), gpu-a-small (small) are one machine (ansible_host 192.0.2.1): deployments that "
-            "share a machine each name their GPUs with vllm_cluster_gpu_ids") in failed["msg"]
+    printed = task(report, FLEET_CHECK)["localhost"]["msg"]
+    assert len(printed) == 1 and printed[0].startswith(
+        "hosts gpu-a (chat), gpu-a-small (small) are one machine (ansible_host 192.0.2.1): deployments that "
+        "share a machine each name their GPUs with vllm_cluster_gpu_ids")
+    assert task(report, FLEET_STOP)["localhost"]["msg"] == (
+        "plan.yml refused the deployments of vllm_nodes (printed above, one line each); no node was contacted")
     assert len(report["plays"]) == 1
 
 
@@ -357,9 +377,9 @@ def test_overlapping_or_missing_gpu_lists_fail_before_any_node_is_contacted(tmp_
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
     result, report = play(inventory)
     assert result.returncode != 0
-    failed = task(report, "Find the deployments of vllm_nodes (vllm_cluster_deployments selects some)")["localhost"]
+    printed = task(report, FLEET_CHECK)["localhost"]["msg"]
     assert "hosts h200-1-chat (chat), h200-1-coder (coder) are one machine (ansible_host 192.0.2.40): " + expected \
-        in failed["msg"]
+        in printed[0]
     assert len(report["plays"]) == 1  # nothing after the controller's first play
 
 
@@ -373,8 +393,9 @@ def test_a_port_two_deployments_of_one_machine_open_fails_the_plan(tmp_path):
     assert result.returncode != 0
     failed = task(report, "Check that the deployments sharing a machine open distinct ports "
                           "(fleet_co_resident_problems)")["localhost"]
-    assert failed["msg"] == ("host h200-1-coder (coder) on machine 192.0.2.40: port master=29501 is also chat's "
-                             "master; deployments that share a machine need distinct ports (vllm_cluster_ports)")
+    assert failed["msg"] == ["host h200-1-coder (coder) on machine 192.0.2.40: port master=29501 is also chat's "
+                             "master; deployments that share a machine need distinct ports (vllm_cluster_ports)"]
+    assert task(report, "Stop when deployments sharing a machine collide")["localhost"]["failed"]
 
 
 def test_a_run_of_one_deployment_plans_its_machine_mate_and_no_other(tmp_path):

@@ -180,8 +180,9 @@ def test_deployed_plan_yml_reads_back_when_a_node_holds_no_plan_json(tmp_path):
 
     plays = yaml.safe_load((REPO / "playbooks" / "deployed_plan.yml").read_text())
     read_play, judge_play = (play for play in plays if "ansible.builtin.import_playbook" not in play)
-    # plan.yml's first task finds the deployments the judge play loops over (one here: vllm).
-    fleet_task = yaml.safe_load((REPO / "playbooks" / "plan.yml").read_text())[0]["tasks"][0]
+    # plan.yml's first play finds the deployments the judge play loops over (one here: vllm).
+    fleet_task = next(task for task in yaml.safe_load((REPO / "playbooks" / "plan.yml").read_text())[0]["tasks"]
+                      if task["name"].startswith("Find the deployments of vllm_nodes"))
     fleet_play = {"name": "fleet", "hosts": "localhost", "connection": "local", "gather_facts": False,
                   "tasks": [fleet_task]}
     (tmp_path / "tasks").symlink_to(REPO / "playbooks" / "tasks")  # the judge play's include_tasks

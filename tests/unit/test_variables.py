@@ -67,18 +67,18 @@ def test_the_suggestion_is_the_variable_meant_first(typo, meant):
 
 def test_a_group_variable_misspelled_is_one_line_for_all_its_hosts():
     found = problems({host: node(vllm_cluster_backnd="ray") for host in ("gpu-a", "gpu-b", "gpu-c")})
-    assert found == ['hosts gpu-a, gpu-b, gpu-c: vllm_cluster_backnd="ray" is not a variable of vllm-cluster; '
+    assert found == ["hosts gpu-a, gpu-b, gpu-c: vllm_cluster_backnd='ray' is not a variable of vllm-cluster; "
                      "did you mean vllm_cluster_backend?"]
 
 
 def test_a_role_variable_is_checked_against_its_roles_spec():
     found = problems({"gpu-a": node(vllm_service_startup_timeout_s=1800, node_firewall_api_allowed_cidr=["10.0.0.0/8"])})
-    assert found[0] == ('host gpu-a: node_firewall_api_allowed_cidr=["10.0.0.0/8"] is not a variable of role '
+    assert found[0] == ("host gpu-a: node_firewall_api_allowed_cidr=['10.0.0.0/8'] is not a variable of role "
                         "node_firewall; did you mean node_firewall_api_allowed_cidrs?")
     assert found[1].startswith("host gpu-a: vllm_service_startup_timeout_s=1800 is not a variable of role vllm_service; "
                                "did you mean vllm_service_start_timeout_s")
     nothing_close = problems({"gpu-a": node(doctor_colour="red")})
-    assert nothing_close == ['host gpu-a: doctor_colour="red" is not a variable of role doctor; the known ones are in '
+    assert nothing_close == ["host gpu-a: doctor_colour='red' is not a variable of role doctor; the known ones are in "
                              "roles/doctor/meta/argument_specs.yml (ansible-doc -t role vllm_ops.cluster.doctor)"]
 
 
@@ -154,8 +154,8 @@ def test_the_exemption_is_read_from_the_spec(tmp_path):
     del spec["variables"]["vllm_cluster_fabric_address"]["per_host"]
     (tmp_path / COLLECTION_SPEC).write_text(yaml.safe_dump(spec))
     assert variable_problems(hosts, tmp_path) == [
-        'vllm_cluster_fabric_address differs between the hosts of deployment vllm: gpu-a="10.0.0.1", '
-        'gpu-b="10.0.0.2"; set it for the group (group_vars), not per host (every host must have the same value)']
+        "vllm_cluster_fabric_address differs between the hosts of deployment vllm: gpu-a='10.0.0.1', "
+        "gpu-b='10.0.0.2'; set it for the group (group_vars), not per host (every host must have the same value)"]
     # And a new option in a role's spec is known at once.
     role_spec = tmp_path / "roles/vllm_verify/meta/argument_specs.yml"
     data = yaml.safe_load(role_spec.read_text())
@@ -261,10 +261,23 @@ class LazyVars(Mapping):
 
 
 def test_the_filter_reads_only_our_names_and_reports_a_broken_template():
-    hosts = {"gpu-a": LazyVars({"ansible_host": "{{ undefined }}", "vllm_cluster_tp": 2,
+    model = {"vllm_cluster_model": "llama-3.1-8b"}
+    hosts = {"gpu-a": LazyVars({"ansible_host": "{{ undefined }}", "vllm_cluster_tp": 2, **model,
                                 "vllm_cluster_max_model_lenght": "{{ undefined }}"}),
-             "gpu-b": LazyVars({"vllm_cluster_tp": 2})}
+             "gpu-b": LazyVars({"vllm_cluster_tp": 2, **model})}
     found = the_filter(hosts)
     assert found == ["host gpu-a: vllm_cluster_max_model_lenght=<cannot read it: \"'undefined' is undefined\"> is not a "
                      "variable of vllm-cluster; did you mean vllm_cluster_max_model_len?"]
-    assert the_filter({"gpu-a": LazyVars({"vllm_cluster_tp": 2})}, "named") == []
+    assert the_filter({"gpu-a": LazyVars({"vllm_cluster_tp": 2, **model})}, "named") == []
+    # The filter adds the checks that need more than the specs' names: a planner input's kind, a role's spec (Ansible's
+    # validator), the model, and with api_key the key.
+    assert the_filter({"gpu-a": LazyVars({"vllm_cluster_tp": "two", "vllm_verify_fail": "maybe"})}, api_key=True) == [
+        "host gpu-a: vllm_cluster_model is not set: expected the model to serve, a catalog name, a hub id or a path on "
+        "the controller, set for the deployment's group",
+        "host gpu-a: vllm_cluster_tp='two': expected an integer (a planner input, plugins/module_utils/plan/request.py)",
+        "host gpu-a: vllm_verify_fail='maybe': expected true or false "
+        "(role vllm_verify, roles/vllm_verify/meta/argument_specs.yml)",
+        "host gpu-a: vllm_cluster_api_key is not set (or empty): expected the API key vLLM requires on /v1; set it for "
+        "the deployment's group from Ansible Vault or an environment lookup (inventories/prod.example/group_vars/"
+        "vllm_nodes.yml shows both); to serve without a key (UNSAFE: anyone who reaches the API port can use it) set "
+        "vllm_service_allow_no_api_key: true"]

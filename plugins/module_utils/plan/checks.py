@@ -16,6 +16,44 @@ class PlanError(ValueError):
     """No layout fits, or an input breaks a rule; the message names the numbers."""
 
 
+def from_text(value, kind):
+    """A number or a boolean given as text ("4", "0.9", "true": ``-e key=value``, a quoted YAML value) as that value.
+
+    The one rule for quoted numbers, wherever the planner reads one (its inputs, vllm_cluster_gpus,
+    vllm_cluster_gpu_ids, ports): ``kind`` ``int`` takes "4" as 4, ``number`` takes "0.9" as 0.9, ``bool``
+    takes true/false/yes/no. Anything else is returned as it is, for the check that names it.
+    """
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if kind == "int" and re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    if kind == "number" and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text):
+        return float(text)
+    if kind == "bool" and text.lower() in ("true", "false", "yes", "no"):
+        return text.lower() in ("true", "yes")
+    return value
+
+
+def kind_of(value):
+    """What a value is, in words a user knows (never a Python type name, least of all Ansible's tagged ones)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "a value of another kind"
+
+
 def is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -52,7 +90,7 @@ def mapping(value, what, allowed):
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise PlanError(f"{what} must be a mapping, got {type(value).__name__}")
+        raise PlanError(f"{what} must be a mapping, got {kind_of(value)}: {value!r}")
     unknown = sorted(str(key) for key in value if key not in allowed)
     if unknown:
         raise PlanError(f"unknown {what} keys {unknown}; expected some of {sorted(allowed)}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import from_text
 
 DEFAULT_DEPLOYMENT = "vllm"  # plan/request.py's default for vllm_cluster_deployment
 NAME = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -68,6 +69,8 @@ def machines(selected, machine_of):
 def _gpu_ids(host, value):
     if value is None:
         return None
+    if isinstance(value, (list, tuple)):
+        value = [from_text(gpu, "int") for gpu in value]  # "0" is GPU 0, as everywhere the plan reads a number
     if (not isinstance(value, (list, tuple)) or not value
             or not all(isinstance(gpu, int) and not isinstance(gpu, bool) and gpu >= 0 for gpu in value)
             or len(set(value)) != len(value)):

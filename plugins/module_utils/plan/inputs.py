@@ -18,8 +18,10 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks impor
     NAME,
     PlanError,
     boolean,
+    from_text,
     integer,
     is_number,
+    kind_of,
     mapping,
     optional_integer,
     positive,
@@ -65,7 +67,7 @@ def check_cluster(cluster):
     for index, node in enumerate(cluster):
         where = f"cluster node #{index}"
         if not isinstance(node, dict):
-            raise PlanError(f"{where} must be a mapping, got {type(node).__name__}")
+            raise PlanError(f"{where} must be a mapping, got {kind_of(node)}")
         unknown = sorted(str(k) for k in node if k not in NODE_KEYS)
         if unknown:
             raise PlanError(
@@ -93,19 +95,20 @@ def _node_gpus_and_network(name, address, node):
     missing = [k for k in ("count", "name", "memory_total_mib", "nvlink") if k not in gpus]
     if missing:
         raise PlanError(f"node {name}: gpus lacks {missing} (the gpu_facts summary keys)")
-    count = integer(gpus["count"], f"node {name}: gpus.count")
+    count = integer(from_text(gpus["count"], "int"), f"node {name}: gpus.count")
     if gpus["name"] is None:
         raise PlanError(f"node {name} mixes GPU models (gpus.name is null): the GPUs of a replica must be identical")
     if gpus["nvlink"] is None:
         raise PlanError(f"node {name}: gpus.nvlink is unknown (null); gather the GPU topology or declare it")
     if not isinstance(gpus["name"], str) or not gpus["name"].strip():
         raise PlanError(f"node {name}: gpus.name must be a non-empty string, got {gpus['name']!r}")
-    memory = positive(gpus["memory_total_mib"], f"node {name}: gpus.memory_total_mib")
+    memory = positive(from_text(gpus["memory_total_mib"], "number"), f"node {name}: gpus.memory_total_mib")
     # vLLM budgets gpu_memory_utilization x the total CUDA reports, which is nvidia-smi's FB total
     # minus the driver's reserve (gpu_facts: memory_cuda_total_mib; 616 MiB on an H200).
     if gpus.get("memory_cuda_total_mib") is not None:
-        memory = positive(gpus["memory_cuda_total_mib"], f"node {name}: gpus.memory_cuda_total_mib")
-    nvlink = boolean(gpus["nvlink"], f"node {name}: gpus.nvlink")
+        memory = positive(from_text(gpus["memory_cuda_total_mib"], "number"),
+                          f"node {name}: gpus.memory_cuda_total_mib")
+    nvlink = boolean(from_text(gpus["nvlink"], "bool"), f"node {name}: gpus.nvlink")
     gpu_ids = _gpu_ids(name, node.get("gpu_ids"), count)
     if gpu_ids is not None:
         count = len(gpu_ids)
@@ -131,6 +134,8 @@ def _gpu_ids(name, value, count):
     """vllm_cluster_gpu_ids: the machine's GPUs this deployment uses (a machine shared on disjoint GPUs)."""
     if value is None:
         return None
+    if isinstance(value, list):
+        value = [from_text(gpu, "int") for gpu in value]
     if (not isinstance(value, list) or not value
             or not all(isinstance(gpu, int) and not isinstance(gpu, bool) for gpu in value)
             or len(set(value)) != len(value)):
@@ -149,7 +154,7 @@ def check_ports(request, mode):
     given = mapping(ports, "ports", launch.DEFAULT_PORTS)
     merged = dict(launch.DEFAULT_PORTS)
     for key, value in given.items():
-        merged[key] = integer(value, request.label("ports", key), 1, 65535)
+        merged[key] = integer(from_text(value, "int"), request.label("ports", key), 1, 65535)
     opened = {key: merged[key] for key in mode.ports}
     seen = {}
     for key, value in opened.items():

@@ -12,11 +12,14 @@ Pure Python, no Ansible import.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import PlanError
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import (
+    PlanError,
+    from_text,
+    kind_of,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.kv_cache import KV_CACHE_DTYPES
 
 # The release whose flags and log lines the plan targets: tested with
@@ -109,20 +112,6 @@ REQUEST_KEYS = ("model", "cluster", "targets", "overrides", "device", "ports", "
 VARIABLES = tuple(spec.variable for spec in INPUTS if spec.variable)
 
 
-def _from_text(value, kind):
-    """`-e vllm_cluster_tp=2` gives the string "2": convert what is clearly a number or a boolean."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if kind == "int" and re.fullmatch(r"[+-]?\d+", text):
-        return int(text)
-    if kind == "number" and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text):
-        return float(text)
-    if kind == "bool" and text.lower() in ("true", "false", "yes", "no"):
-        return text.lower() in ("true", "yes")
-    return value  # left as it is: validation names it
-
-
 class PlanRequest:
     """The inputs of one plan (``values``: build_plan's keyword arguments) and how to name each one.
 
@@ -141,7 +130,7 @@ class PlanRequest:
     def from_mapping(cls, request):
         """A request dict (filter parallel_layout, tests); unknown keys are a PlanError."""
         if not isinstance(request, dict):
-            raise PlanError(f"the plan request must be a mapping, got {type(request).__name__}")
+            raise PlanError(f"the plan request must be a mapping, got {kind_of(request)}")
         unknown = sorted(str(key) for key in request if key not in REQUEST_KEYS)
         if unknown:
             raise PlanError(f"unknown plan request keys {unknown}; expected some of {list(REQUEST_KEYS)}")
@@ -160,7 +149,7 @@ class PlanRequest:
             value = variables.get(spec.variable)
             if value is None:
                 continue
-            cls._put(values, spec, _from_text(value, spec.kind))
+            cls._put(values, spec, from_text(value, spec.kind))
         if values.get("model") is None:
             where = f" on {host}" if host else ""
             raise PlanError(f"vllm_cluster_model is not set{where}: a catalog name, hub id or a path on the controller")
@@ -193,7 +182,7 @@ class PlanRequest:
                 continue
             if spec.section is not None and holder is self.values.get(spec.section):
                 holder = values[spec.section] = dict(holder)
-            holder[spec.name] = _from_text(holder[spec.name], spec.kind)
+            holder[spec.name] = from_text(holder[spec.name], spec.kind)
         return PlanRequest(values, self.origin, self.host)
 
     # --- reading ----------------------------------------------------------------

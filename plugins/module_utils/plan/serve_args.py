@@ -35,6 +35,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks impor
     PlanError,
     is_int,
     is_number,
+    kind_of,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.kv_cache import KV_CACHE_DTYPES
 
@@ -185,7 +186,7 @@ def normalise(request):
     if not isinstance(given, dict):
         raise PlanError(
             f"{request.label('serve_args')} must be a mapping of vLLM flag names to values "
-            f"(max-num-seqs: 128), got {type(given).__name__}")
+            f"(max-num-seqs: 128), got {kind_of(given)}")
     result, written = {}, {}
     for raw, value in given.items():
         if not isinstance(raw, str):

@@ -14,7 +14,9 @@ with ``vllm_cluster_`` or with the name of a role that has an argument spec
 ``difflib`` suggestions), and a deployment-wide ``vllm_cluster_*`` variable whose
 value differs between the deployment's hosts (the plan reads the head's alone).
 Variables whose spec says ``per_host: true`` (a NIC, an address, the GPUs) or
-``set_by`` (a fact the playbooks set) may differ.
+``set_by`` (a fact the playbooks set) may differ. ``input_problems`` names a
+planner input of the wrong kind (a word where an integer goes, an unknown
+choice); the roles' variables are checked by Ansible's validator (arguments.py).
 
 Pure Python (PyYAML, which Ansible brings, to read the specs); no Ansible import.
 """
@@ -27,6 +29,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import from_text, is_int, is_number
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.request import BY_KEY, INPUTS
 
 COLLECTION = "vllm-cluster"
@@ -173,21 +176,41 @@ def suggestions(name, known, prefix):
     return [prefix + match for match in unique]
 
 
+def _flow(value):
+    """A value in YAML's flow style with strings in single quotes: what Ansible's output shows without escapes."""
+    if isinstance(value, str):
+        return "'" + str(value).replace("'", "''") + "'"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {_flow(item)}" for key, item in sorted(value.items(), key=lambda pair: str(pair[0]))) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_flow(item) for item in value) + "]"
+    return _flow(str(value))
+
+
 def show(value, hidden=False):
-    """A value as a message shows it: JSON-like, short, and never a secret."""
+    """A value as a message shows it: YAML's flow style, strings in single quotes (Ansible's output escapes double
+    ones), short, and never a secret."""
     if hidden:
         return "<hidden>"
     if isinstance(value, _Unreadable):
         return f"<{value}>"
-    try:
-        text = json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
+    text = _flow(value)
     return text if len(text) <= VALUE_WIDTH else text[: VALUE_WIDTH - 3] + "..."
 
 
 class _Unreadable(str):
     """A value that could not be read (its template failed); compared by its error, shown as <error>."""
+
+
+def is_unreadable(value):
+    """Whether ``value`` is what a caller recorded for a variable it could not read (``unreadable``)."""
+    return isinstance(value, _Unreadable)
 
 
 def unreadable(error):
@@ -271,6 +294,50 @@ def divergence_problems(host_vars, known, deployment):
                  else "every host must have the same value")
         problems.append(f"{name} differs between the hosts of deployment {deployment}: {values}; "
                         f"set it for the group (group_vars), not per host ({reads})")
+    return problems
+
+
+def _input_expected(spec, value):
+    """What a planner input of a checked kind expects, when ``value`` is not it (None: the value is fine)."""
+    value = from_text(value, spec.kind)
+    if spec.kind == "int" and not is_int(value):
+        return "an integer"
+    if spec.kind == "number" and not is_number(value):
+        return "a number"
+    if spec.kind == "bool" and not isinstance(value, bool):
+        return "true or false"
+    if spec.kind == "choice" and value not in spec.choices:
+        return "one of " + ", ".join(spec.choices)
+    return None
+
+
+def input_problems(host_vars):
+    """One line per planner input (request.py's INPUTS) of the wrong kind (a word for an integer, an unknown
+    choice), and one when no host of the deployment sets the model.
+
+    Quoted numbers and booleans are what the planner reads them as ("2" is 2, checks.from_text); ranges and the
+    rules between inputs are the planner's, which names them when it plans.
+    """
+    problems = []
+    model = BY_KEY["model"].variable
+    if host_vars and not any(model in variables for variables in host_vars.values()):
+        problems.append(f"{_hosts_text(list(host_vars))}: {model} is not set: expected the model to serve, a catalog "
+                        "name, a hub id or a path on the controller, set for the deployment's group")
+    for spec in INPUTS:
+        if not spec.variable or spec.kind not in ("int", "number", "bool", "choice"):
+            continue
+        by_value = {}
+        for host, variables in host_vars.items():
+            if spec.variable in variables and variables[spec.variable] is not None:
+                value = variables[spec.variable]
+                by_value.setdefault(_canonical(value), (value, []))[1].append(host)
+        for value, hosts in by_value.values():
+            if isinstance(value, _Unreadable):
+                continue  # the planner reads it again, and names its error, once the facts are gathered
+            wanted = _input_expected(spec, value)
+            if wanted:
+                problems.append(f"{_hosts_text(hosts)}: {spec.variable}={show(value)}: expected {wanted} "
+                                f"(a planner input, {REQUEST_SPEC})")
     return problems
 
 
