@@ -109,6 +109,8 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
         "router_unreachable": {"router", "router_url", "error"},
         "router_worker_missing": {"router", "router_url", "worker_url", "worker_host", "listed"},
         "router_worker_unhealthy": {"router", "router_url", "worker_url", "worker_host", "vllm_state", "suspect"},
+        # vLLM's start-up phases (test_doctor_startup.py checks the values the hits carry)
+        "startup_stalled": {"phase", "phase_title", "stall", "phase_checks", "since"},
     }
     assert set(observation_values) == set(OBSERVATIONS)
     for sig in CATALOG["signatures"]:

@@ -12,7 +12,8 @@ own), ``observations_network.py`` (what lies between nodes) or
 ``observations_config.py`` (a gathered fact compared with the plan or the
 other nodes: drop-ins, limits, process states, access, disk, the API key),
 ``observations_metrics.py`` (what Prometheus knows: trends, alerts),
-``observations_router.py`` (the router's view of its workers) and name it here.
+``observations_router.py`` (the router's view of its workers), ``startup.py``
+(vLLM's start-up phases) and name it here.
 
 Pure Python 3.11, no Ansible import.
 """
@@ -73,6 +74,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observatio
     obs_router_worker_missing,
     obs_router_worker_unhealthy,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.startup import obs_startup_stalled
 
 OBSERVATIONS = {
     "node_unreachable": obs_node_unreachable,
@@ -122,4 +124,6 @@ OBSERVATIONS = {
     "router_unreachable": obs_router_unreachable,
     "router_worker_missing": obs_router_worker_missing,
     "router_worker_unhealthy": obs_router_worker_unhealthy,
+    # The start-up phase each rank reached (startup.py)
+    "startup_stalled": obs_startup_stalled,
 }
