@@ -30,7 +30,7 @@ Pure Python 3.11, no Ansible import.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.traceback import split_line
 
@@ -263,7 +263,7 @@ def match_phase(text):
 
 
 def iso_utc(epoch):
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _epoch(iso):
