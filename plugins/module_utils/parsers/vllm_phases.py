@@ -419,17 +419,13 @@ def summarize(processes, headless=False):
 def describe(entry):
     """One process's place in the start-up, in words: "rank 1 (Worker_TP1 pid=9): in weights loading since T"."""
     who = f"rank {entry['rank']} " if entry["rank"] is not None else ""
-    who += f"({_bare(entry['process'])})" if entry["process"] else "(no process prefix)"
+    who += entry["process"] or "(no process prefix)"
     reached = phase(entry["phase"])["title"]
     since = f" since {entry['time']}" if entry.get("time") else ""
     if entry["finished"] and entry["current"] != entry["phase"]:
         at = f" at {entry['time']}" if entry.get("time") else ""
         return f"{who}: finished {reached}{at}, now in {phase(entry['current'])['title']}"
     return f"{who}: in {reached}{since}"
-
-
-def _bare(process):
-    return process.strip("()") if process.count("(") == 1 else process
 
 
 def stall(report, now=None, profile=DEFAULT_PROFILE, overrides=None):
