@@ -75,6 +75,17 @@ def test_distributed_init_names_nccl_s_checks_and_a_finished_phase_moves_to_the_
     assert "weights loading" in finding["title"] and "finished distributed init" in finding["cause"]
 
 
+def test_only_the_node_of_the_least_advanced_rank_is_judged():
+    # node2 finished its weights long ago and waits; node1's rank still loads, within its bound: no finding.
+    evidence = with_journal(healthy_cluster("mp"), "node1", lab_lines("Starting to load model"), 10 * MINUTE)
+    evidence = with_journal(evidence, "node2", lab_lines("Loading weights took"), 60 * MINUTE,
+                            times=[T0 - 3000 + index for index in range(len(lab_lines("Loading weights took")))])
+    assert not stalled(diagnose(CATALOG, evidence))
+    # past the bound, the finding is node1's alone
+    evidence["nodes"]["node1"]["gather"]["gathered_at"] += 25 * MINUTE
+    assert [finding["nodes"] for finding in stalled(diagnose(CATALOG, evidence))] == [["node1"]]
+
+
 def test_no_stall_once_the_api_server_came_up_anywhere():
     evidence = with_journal(healthy_cluster("mp"), "node1", lab_lines(), 60 * MINUTE)
     evidence = with_journal(evidence, "node2", lab_lines("Starting to load model"), 60 * MINUTE)
@@ -147,8 +158,10 @@ def test_the_report_lists_each_rank_with_its_node_and_since_when():
     assert "  node1: rank 0 (Worker pid=1021): in weights loading since" in text
     assert "  node2: rank 1 (EngineCore_DP0 pid=986) (RayWorkerWrapper pid=344, ip=10.232.9.12): in distributed init" in text
     assert "## Start-up phases" in render_markdown(report)
+    # the lagging rank runs on node2: the finding is there, quoting the head's journal
     finding = stalled(report)[0]
-    assert finding["nodes"] == ["node1"] and "distributed init" in finding["title"]
+    assert finding["nodes"] == ["node2"] and "distributed init" in finding["title"]
+    assert finding["evidence"][0]["source"] == "journal vllm.service on node1"
     json.dumps(report)  # doctor.json holds it
 
 

@@ -8,7 +8,8 @@ line names its node by address), the phase it reached and since when.
 ``obs_startup_stalled`` is the observation behind the catalog's
 ``startup_stalled``: on a node whose vLLM unit keeps running while no node's
 API server came up, the least advanced rank has stayed in its phase longer than
-that phase's bound (measured against the moment the journal was read,
+that phase's bound (the hit is placed on the node that rank runs on; a node
+whose ranks got further waits for it and is not judged) (measured against the moment the journal was read,
 ``gathered_at``); on a log read alone (``log_only``), the log stops in the
 middle of the start-up.
 
@@ -109,10 +110,13 @@ def obs_startup_stalled(cluster, params):
     reports = node_phases(cluster)
     if any(report["complete"] for report in reports.values()):
         return []
+    running = [node for node in cluster.reachable_nodes() if node.name in reports and _running(node)]
+    # The start waits for its least advanced rank: a node whose ranks got further waits for that one.
+    behind = min((reports[node.name]["current"]["order"] for node in running), default=None)
     hits = []
-    for node in cluster.reachable_nodes():
-        report = reports.get(node.name)
-        if report is None or not _running(node):
+    for node in running:
+        report = reports[node.name]
+        if report["current"]["order"] != behind:
             continue
         log_only = bool(node.gather.get("log_only"))
         now = node.gather.get("gathered_at")
@@ -133,8 +137,11 @@ def obs_startup_stalled(cluster, params):
         furthest = report["furthest"]
         if furthest is not entry:
             text += f". The furthest process: {vllm_phases.describe(furthest)}"
+        # On the node the lagging rank runs on (a Ray worker's line in the head's journal names it by address).
+        where_node = entry.get("node") if entry.get("node") in {other.name for other in cluster.nodes} else node.name
+        source = f"journal {VLLM_UNIT}" + (f" on {node.name}" if where_node != node.name else "")
         hits.append(make_hit(
-            node, f"journal {VLLM_UNIT}", entry["line"],
+            where_node, source, entry["line"],
             phase=found["phase"], phase_title=found["title"], stall=text,
             phase_checks="; ".join(found["checks"]) or "the process's state (`py-spy dump --pid <pid>`)",
             since=entry["time"] or "an unknown time",
