@@ -103,7 +103,8 @@ def test_the_lab_s_whole_start_reaches_the_api_server():
     ("world_size=1 rank=0 local_rank=0", "distributed_init", False, "distributed_init"),
     ("is assigned as", "distributed_init", True, "weights"),
     ("Starting to load model", "weights", False, "weights"),
-    ("Loading weights took", "weights", True, "compile"),
+    # the lab runs --enforce-eager ("Enforce eager set, disabling torch.compile, CUDAGraphs"): no compile phase
+    ("Loading weights took", "weights", True, "memory_profiling"),
     ("Explicitly set (1.0/23.54) GiB", "memory_profiling", True, "kv_cache"),
 ])
 def test_a_start_cut_short_says_where_it_was(cut, phase, finished, current):
@@ -112,6 +113,14 @@ def test_a_start_cut_short_says_where_it_was(cut, phase, finished, current):
     entry = report["current"]
     assert (entry["phase"], entry["finished"], entry["current"]) == (phase, finished, current)
     assert cut in entry["line"]
+
+
+def test_a_start_that_compiles_goes_from_weights_to_torch_compile():
+    lines = [line for line in upto(lab_lines(), "Loading weights took") if "Enforce eager" not in line
+             and "'enforce_eager': True" not in line and "enforce_eager=True" not in line]
+    report = vllm_phases.read_phases(lines)
+    assert report["eager"] is False and report["current"]["current"] == "compile"
+    assert vllm_phases.read_phases(upto(lab_lines(), "Loading weights took"))["eager"] is True
 
 
 def test_the_least_advanced_rank_is_where_the_start_waits():

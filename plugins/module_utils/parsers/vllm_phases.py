@@ -213,6 +213,9 @@ MAX_LINE = 300
 _ENTER = [(index, re.compile("|".join(f"(?:{p})" for p in phase["enter"]))) for index, phase in enumerate(PHASES)]
 _DONE = [re.compile("|".join(f"(?:{p})" for p in phase["done"])) if phase["done"] else None for phase in PHASES]
 _HEADLESS = re.compile(r"headless (?:multiproc executor|mode)")
+# vLLM started eager (--enforce-eager): it neither compiles nor captures graphs, so those phases are skipped.
+_EAGER = re.compile(r"Enforce eager set|'enforce_eager': True|enforce_eager=True")
+EAGER_SKIPS = ("compile", "graph_capture")
 _WORLD_RANK = re.compile(r"world_size=\d+ rank=(?P<rank>\d+) local_rank=\d+ distributed_init_method=")
 _ASSIGNED_RANK = re.compile(r"\brank (?P<rank>\d+) in world size \d+ is assigned as")
 _PREFIX_RANK = re.compile(r"(?:\(\S+ rank=(?P<prefixed>\d+) pid=|\[rank(?P<torch>\d+)\]:)")
@@ -306,16 +309,19 @@ def _clip(text):
     return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
 
 
-def _current(index, finished):
-    """The phase a process is in now: the one it reached, or the next once it finished that one."""
-    if finished and index + 1 < len(PHASES):
-        return index + 1
-    return index
+def _current(index, finished, skipped=()):
+    """The phase a process is in now: the one it reached, or the next (not skipped) once it finished that one."""
+    if not finished:
+        return index
+    following = index + 1
+    while following < len(PHASES) - 1 and PHASES[following]["id"] in skipped:
+        following += 1
+    return following if following < len(PHASES) else index
 
 
-def _entry(state):
+def _entry(state, skipped=()):
     index = state["index"]
-    current = _current(index, state["finished"])
+    current = _current(index, state["finished"], skipped)
     return {
         "process": state["process"],
         "key": state["key"],
@@ -338,11 +344,12 @@ def read_phases(lines, times=None):
     """The start-up phases a log shows, per process, and over the log.
 
     lines: the log's lines; times: each line's journal timestamp (seconds since the epoch) or None.
-    Returns {processes, furthest, least, current, complete, headless}:
+    Returns {processes, furthest, least, current, complete, headless, eager}:
     processes, one per process that printed a phase line, in the order they first did:
     {process (its prefixes as printed, "" without), key, rank (torch's rank when the process printed it, else
     None), is_rank (a rank or a worker process), ip, phase (the last phase reached), title, finished (its end
-    was logged), current (the phase it is in now: the next one once it finished), line (the line that showed
+    was logged), current (the phase it is in now: the next one once it finished; an eager start, eager, has no
+    torch.compile and no graph capture), line (the line that showed
     it: the first line of the phase, or the line that finished it), line_index, time (as shown), epoch (seconds,
     when known)}. furthest and least: the most and the least advanced process, over the ranks when any
     printed its rank (the API server and the engine core wait for them), else over every process; current: where
@@ -351,7 +358,7 @@ def read_phases(lines, times=None):
     """
     times = list(times or [])
     states = {}
-    headless = False
+    headless = eager = False
     for index, raw in enumerate(lines or []):
         process, key, header, body = split_line(str(raw))
         text = body.strip()
@@ -359,6 +366,8 @@ def read_phases(lines, times=None):
             continue
         if _HEADLESS.search(text):
             headless = True
+        if _EAGER.search(text):
+            eager = True
         found = match_phase(text)
         state = states.get(key)
         rank = _rank(process, text)
@@ -382,8 +391,10 @@ def read_phases(lines, times=None):
             continue
         state.update(index=phase_index, finished=finished, line=_clip(str(raw).strip()), line_index=index,
                      time=shown, epoch=seconds)
-    processes = [_entry(state) for state in states.values()]
-    return summarize(processes, headless)
+    processes = [_entry(state, EAGER_SKIPS if eager else ()) for state in states.values()]
+    report = summarize(processes, headless)
+    report["eager"] = eager
+    return report
 
 
 def _rank(process, text):
