@@ -8,6 +8,7 @@ the moment the doctor read it (what doctor_gather saves: journal_times, gathered
 import copy
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.diagnosis import diagnose
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import client_from_registered
@@ -16,6 +17,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.report imp
     render_report,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers import systemd, vllm_phases
+from ansible_collections.vllm_ops.cluster.plugins.modules import doctor_gather
 from test_doctor_public_logs import CATALOG, PUBLIC, healthy_cluster, ids
 
 REPO = Path(__file__).resolve().parents[2]
@@ -181,3 +183,16 @@ def test_the_gatherer_keeps_each_line_s_journal_time():
     times = [when for _, when in selected]
     assert all(isinstance(when, float) for when in times) and times == sorted(times)
     assert 1.79e9 < times[0] < 1.80e9  # __REALTIME_TIMESTAMP, microseconds -> seconds
+
+
+def test_doctor_gather_returns_the_times_beside_the_lines():
+    text = (REPO / "tests/fixtures/doctor/lab/journal-crashloop.json").read_text()
+    entries = [json.loads(line) for line in text.splitlines() if line.strip()]
+    last = entries[-1].get("_SYSTEMD_INVOCATION_ID") or entries[-1].get("INVOCATION_ID")
+    module = SimpleNamespace(params={"journal_lines": 4000, "timeout": 5}, get_bin_path=lambda name: f"/usr/bin/{name}",
+                             run_command=lambda argv, **_: (0, text, ""))
+    gatherer = doctor_gather.Gatherer(module)
+    lines = gatherer.journal("h10-crash.service", last)
+    assert lines == systemd.select_invocation(entries, last)
+    assert gatherer.journal_times["h10-crash.service"] == [
+        when for _, when in systemd.select_invocation_entries(entries, last)]
