@@ -112,6 +112,10 @@ def test_the_unit_failed_when_the_log_ends_in_an_error_and_runs_otherwise():
     # torch's c10 log records (E<mmdd>) and pydantic's validation error count as errors
     assert state(text("vllm19670-tcpstore-client-timeout.log")) == "failed"
     assert state(text("longvt9-max-model-len-above-derived.log")) == "failed"
+    # a command's own error line (argparse's, docker's) ends a start too
+    assert state("api_server.py: error: unrecognized arguments: --bogus\n") == "failed"
+    assert state(lab("Starting to load model") + "docker: Error response from daemon: OCI runtime create failed\n") \
+        == "failed"
 
 
 def test_without_its_signature_the_log_alone_falls_back_to_another_finding():

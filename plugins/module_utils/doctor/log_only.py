@@ -48,7 +48,7 @@ FINDING_FIELDS = ("title", "cause", "fix", "verify", "symptom")
 # Lines that say the process failed, wherever a paste put them (after "> ", "  | ", a collector's prefix): a log
 # record of level ERROR or CRITICAL (vLLM's header, Ray's, torch's glog E/F and c10's "[E file.cpp:1]", uvicorn's),
 # an exception line (a module-qualified exception anywhere in the line), an OSError's "[Errno N]", pydantic's
-# validation error, systemd's word on the unit.
+# validation error, systemd's word on the unit, a command's "error:".
 _ERROR_RECORD = re.compile(
     r"\b(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
     r"|\s(?:ERROR|CRITICAL)\s+[\w./-]+:\d+ --"
@@ -62,6 +62,9 @@ _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exceptio
                              re.IGNORECASE)
 _PASTE_JUNK = re.compile(r"^[\s>|`]+")
 _SYSTEMD_FAILED = re.compile(r"\.service: (?:Failed with result|Main process exited, code=\w+, status=(?!0/))")
+# A command's own error line: argparse's "api_server.py: error: unrecognized arguments", "docker: Error response
+# from daemon: ...", "nvidia-container-cli: requirement error: ...".
+_COMMAND_ERROR = re.compile(r"^[\w./-]+: (?:[\w-]+ )?[Ee]rror\b")
 
 
 def _error_lines(lines):
@@ -71,7 +74,7 @@ def _error_lines(lines):
         _, _, header, body = split_line(line)
         text = _PASTE_JUNK.sub("", body)
         if (_ERROR_RECORD.search(line) or _ERROR_RECORD.search(text) or (header and _UVICORN_ERROR.match(header))
-                or _EXCEPTION_LINE.match(text) or _SYSTEMD_FAILED.search(text)):
+                or _EXCEPTION_LINE.match(text) or _SYSTEMD_FAILED.search(text) or _COMMAND_ERROR.match(text)):
             found.add(index)
     return sorted(found)
 

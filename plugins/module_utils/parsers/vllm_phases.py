@@ -72,7 +72,7 @@ PHASES = (
     },
     {
         "id": "distributed_init",
-        "title": "distributed init (torch.distributed, NCCL/Gloo)",
+        "title": "distributed init",
         "enter": (
             r"world_size=\d+ rank=\d+ local_rank=\d+ distributed_init_method=", r"vLLM is using nccl==",
             r"Found nccl from library", r"\bNCCL INFO\b", r"\[Gloo\] Rank \d+ is connected to",
