@@ -13,6 +13,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers import vl
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "tests" / "fixtures" / "vllm" / "lab"
 PUBLIC = REPO / "tests" / "fixtures" / "vllm" / "public"
+DOCTOR_PUBLIC = REPO / "tests" / "fixtures" / "doctor" / "public"
 VLLM_SOURCE = next(iter(sorted((REPO / ".venv-runtime" / "lib").glob("python3*/site-packages/vllm"))), None)
 
 
@@ -121,6 +122,15 @@ def test_a_start_that_compiles_goes_from_weights_to_torch_compile():
     report = vllm_phases.read_phases(lines)
     assert report["eager"] is False and report["current"]["current"] == "compile"
     assert vllm_phases.read_phases(upto(lab_lines(), "Loading weights took"))["eager"] is True
+
+
+def test_torch_s_rendezvous_and_nccl_s_own_lines_are_distributed_init():
+    # Real lines (vllm#19670's TCPStore client, vllm#4383's NCCL shared memory): no vLLM line names the phase.
+    for fixture, words in (("vllm19670-tcpstore-client-timeout.log", "[c10d] The client socket has timed out"),
+                           ("vllm4383-nccl-shm-segment.log", "NCCL WARN Error while creating shared memory")):
+        lines = [line for line in (DOCTOR_PUBLIC / fixture).read_text(encoding="utf-8").splitlines() if words in line]
+        assert lines, fixture
+        assert vllm_phases.read_phases(lines)["current"]["phase"] == "distributed_init"
 
 
 def test_the_least_advanced_rank_is_where_the_start_waits():

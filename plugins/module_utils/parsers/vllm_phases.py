@@ -75,8 +75,8 @@ PHASES = (
         "title": "distributed init",
         "enter": (
             r"world_size=\d+ rank=\d+ local_rank=\d+ distributed_init_method=", r"vLLM is using nccl==",
-            r"Found nccl from library", r"\bNCCL INFO\b", r"\[Gloo\] Rank \d+ is connected to",
-            r"store_based_barrier_key", r"rank \d+ in world size \d+ is assigned as",
+            r"Found nccl from library", r"\bNCCL (?:INFO|WARN)\b", r"\[Gloo\] Rank \d+ is connected to",
+            r"store_based_barrier_key", r"\[c10d\] ", r"rank \d+ in world size \d+ is assigned as",
         ),
         "done": (r"rank \d+ in world size \d+ is assigned as",),
         "checks": (
