@@ -83,6 +83,16 @@ options:
     description: At most this many journal entries are read per unit.
     type: int
     default: 4000
+  startup_profile:
+    description:
+      - The bounds of vLLM's start-up phases the controller judges a stalled start by (C(gpu) or C(lab)); empty,
+        the plan's device decides. Returned as C(expected.startup_profile).
+    type: str
+    default: ""
+  startup_bounds:
+    description: Per start-up phase, seconds that replace the profile's bound; returned as C(expected.startup_bounds).
+    type: dict
+    default: {}
   timeout:
     description: Seconds each command may take.
     type: int
@@ -118,16 +128,6 @@ options:
   expected_mtu:
     description: The MTU every fabric interface must have (the inventory's C(nccl_network_mtu)); returned as C(expected.mtu).
     type: int
-  startup_profile:
-    description:
-      - The bounds of vLLM's start-up phases the controller judges a stalled start by (C(gpu) or C(lab)); empty,
-        the plan's device decides. Returned as C(expected.startup_profile).
-    type: str
-    default: ""
-  startup_bounds:
-    description: Per start-up phase, seconds that replace the profile's bound; returned as C(expected.startup_bounds).
-    type: dict
-    default: {}
   samples:
     description:
       - How many times the state of a process found in D (uninterruptible) or Z (zombie) state is read again, half a
@@ -1093,6 +1093,8 @@ def main():
             "plan_dir": {"type": "path", "default": "/etc/vllm-cluster"},
             "vllm_unit": {"type": "str", "default": "vllm.service"},
             "journal_lines": {"type": "int", "default": 4000},
+            "startup_profile": {"type": "str", "default": ""},
+            "startup_bounds": {"type": "dict", "default": {}},
             "timeout": {"type": "int", "default": 30},
             "probe_timeout": {"type": "float", "default": 3.0},
             "redact": {"type": "str", "default": "(?i)(token|secret|password|passwd|key)"},
@@ -1100,8 +1102,6 @@ def main():
             "api_key_sha256": {"type": "str", "no_log": True},
             "expected_limits": {"type": "dict", "default": {}},
             "expected_mtu": {"type": "int"},
-            "startup_profile": {"type": "str", "default": ""},
-            "startup_bounds": {"type": "dict", "default": {}},
             "samples": {"type": "int", "default": 3},
         },
         supports_check_mode=True,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import string
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import causality, router_view, startup
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import causality, router_view
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
     RAY_UNITS,
     VLLM_UNIT,
@@ -160,6 +160,8 @@ def diagnose(catalog, evidence):
             }
         )
     _name_the_vllm_unit(findings, (cluster.plan.get("service") or {}).get("unit"))
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.startup import phase_rows
+
     faults = [f for f in findings if f["severity"] == "fault"]
     return {
         "faults": len(faults),
@@ -173,7 +175,7 @@ def diagnose(catalog, evidence):
         "signatures_checked": len(catalog["signatures"]),
         "last_change": last_change(cluster),
         "router_view": router_view.planned_rows(cluster.plan, cluster.routers),
-        "startup_phases": startup.phase_rows(cluster),
+        "startup_phases": phase_rows(cluster),
     }
 
 

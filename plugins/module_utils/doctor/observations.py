@@ -12,8 +12,7 @@ own), ``observations_network.py`` (what lies between nodes) or
 ``observations_config.py`` (a gathered fact compared with the plan or the
 other nodes: drop-ins, limits, process states, access, disk, the API key),
 ``observations_metrics.py`` (what Prometheus knows: trends, alerts),
-``observations_router.py`` (the router's view of its workers), ``startup.py``
-(vLLM's start-up phases) and name it here.
+``observations_router.py`` (the router's view of its workers) and name it here.
 
 Pure Python 3.11, no Ansible import.
 """
