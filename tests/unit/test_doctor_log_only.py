@@ -112,6 +112,15 @@ def test_the_unit_failed_when_the_log_ends_in_an_error_and_runs_otherwise():
     # torch's c10 log records (E<mmdd>) and pydantic's validation error count as errors
     assert state(text("vllm19670-tcpstore-client-timeout.log")) == "failed"
     assert state(text("longvt9-max-model-len-above-derived.log")) == "failed"
+    # a traceback the paste cut before its exception line, Ray's C++ error record, a qualified exception type
+    traceback_lines = traceback.splitlines()
+    cut = next(index for index, line in enumerate(traceback_lines) if line.lstrip().startswith("File "))
+    assert state("\n".join(traceback_lines[: cut + 1]) + "\n") == "failed"
+    assert state("[2025-06-13 01:49:41,730 E 1 1] gcs_rpc_client.h:179: Failed to connect to GCS at address "
+                 "10.0.0.1:6379 within 5 seconds.\n") == "failed"
+    assert state("huggingface_hub.utils._http.OfflineModeIsEnabled: Cannot reach https://huggingface.co/api/models/x: "
+                 "offline mode is enabled.\n") == "failed"
+    assert state("INFO 12-02 23:43:49 [x.py:1] vllm.config: using defaults\n") == "active"
     # a command's own error line (argparse's, docker's) ends a start too
     assert state("api_server.py: error: unrecognized arguments: --bogus\n") == "failed"
     assert state(lab("Starting to load model") + "docker: Error response from daemon: OCI runtime create failed\n") \

@@ -47,8 +47,8 @@ FINDING_FIELDS = ("title", "cause", "fix", "verify", "symptom")
 
 # Lines that say the process failed, wherever a paste put them (after "> ", "  | ", a collector's prefix): a log
 # record of level ERROR or CRITICAL (vLLM's header, Ray's, torch's glog E/F and c10's "[E file.cpp:1]", uvicorn's),
-# an exception line (a module-qualified exception anywhere in the line), an OSError's "[Errno N]", pydantic's
-# validation error, systemd's word on the unit, a command's "error:".
+# Ray's C++ E/F records, an exception line (a module-qualified exception anywhere in the line), a traceback's
+# first line, an OSError's "[Errno N]", pydantic's validation error, systemd's word on the unit, a command's "error:".
 _ERROR_RECORD = re.compile(
     r"\b(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
     r"|\s(?:ERROR|CRITICAL)\s+[\w./-]+:\d+ --"
@@ -56,6 +56,9 @@ _ERROR_RECORD = re.compile(
     r"|\[[EF] [\w.]+:\d+\]"
     r"|\d+ validation errors? for \w+|^Value error, "
     r"|^\[Errno \d+\] |\b[a-z_]\w*(?:\.\w+)+(?:Error|Exception): "
+    r"|^(?:[a-z_]\w*\.)+[A-Z]\w*: "  # any module-qualified exception type: "huggingface_hub.x.OfflineModeIsEnabled: "
+    r"|^Traceback \(most recent call last\):"  # a traceback, even one the paste cut before its exception line
+    r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EF] \d+ \d+\]"  # Ray's C++ log: "[2025-06-13 01:49:41,730 E 1 1]"
 )
 _UVICORN_ERROR = re.compile(r"^(?:ERROR|CRITICAL):")
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?:\([\w.]*\))?(?::\s|:?$)",
