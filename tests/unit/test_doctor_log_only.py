@@ -109,6 +109,9 @@ def test_the_unit_failed_when_the_log_ends_in_an_error_and_runs_otherwise():
     traceback = text("vllm5244-trust-remote-code-local-path.log")
     assert state(lab() + traceback) == "failed"  # an error after the API came up: it ends in the error
     assert state(traceback + lab()) == "active"  # the API came up after the error
+    # an error the start-up went on after did not end it; one after its last step did
+    assert state(traceback + lab("Starting to load model")) == "active"
+    assert state(lab("Starting to load model") + traceback) == "failed"
     # torch's c10 log records (E<mmdd>) and pydantic's validation error count as errors
     assert state(text("vllm19670-tcpstore-client-timeout.log")) == "failed"
     assert state(text("longvt9-max-model-len-above-derived.log")) == "failed"

@@ -4,7 +4,7 @@
 node ("the node") whose unit (``vllm.service`` unless told, or a Ray unit) holds
 the log as its journal since its last start. The unit failed when the log ends
 in an error (a traceback, an ERROR or CRITICAL line, an exception line, systemd
-saying the unit failed) that the API server's start does not follow; it runs
+saying the unit failed) that no later step of the start-up follows; it runs
 otherwise. Nothing else is known: no plan (only the backend the caller names),
 no ports, GPUs, env files or facts, so only the catalog's log rules, the unit's
 failure and the start-up phases can match. ``diagnose_log(...)`` runs the
@@ -83,13 +83,16 @@ def _error_lines(lines):
 
 
 def ended_in_error(lines, phases=None):
-    """Whether the log ends in a failure: an error line the API server's start does not follow."""
+    """Whether the log ends in a failure: an error line after the start-up's last step forward.
+
+    An error that the start-up went on after (a later phase, the API server coming up) did not end it.
+    """
     errors = _error_lines(lines)
     if not errors:
         return False
     phases = phases or vllm_phases.read_phases(lines)
-    up = [entry["line_index"] for entry in phases["processes"] if entry["phase"] == vllm_phases.FINAL]
-    return not up or errors[-1] > max(up)
+    progress = max((entry["line_index"] for entry in phases["processes"]), default=-1)
+    return errors[-1] > progress
 
 
 def evidence_from_log(text, backend="mp", unit=None, node=NODE):
