@@ -8,10 +8,10 @@ line names its node by address), the phase it reached and since when.
 ``obs_startup_stalled`` is the observation behind the catalog's
 ``startup_stalled``: on a node whose vLLM unit keeps running while no node's
 API server came up, the least advanced rank has stayed in its phase longer than
-that phase's bound (the hit is placed on the node that rank runs on; a node
-whose ranks got further waits for it and is not judged) (measured against the moment the journal was read,
-``gathered_at``); on a log read alone (``log_only``), the log stops in the
-middle of the start-up.
+that phase's bound, measured against the moment the journal was read
+(``gathered_at``); on a log read alone (``log_only``), the log stops in the
+middle of the start-up. The hit is placed on the node that rank runs on; a node
+whose ranks got further waits for it and is not judged.
 
 The bounds come from the profile the doctor role names (``doctor_startup_profile``:
 ``gpu`` or ``lab``; empty: ``lab`` for a CPU plan, else ``gpu``) and its
@@ -46,8 +46,12 @@ def _node_of(cluster, node, entry):
 
 
 def node_phases(cluster):
-    """{node name: read_phases report, each process with its node} for every node whose vLLM journal shows a phase."""
-    reports = {}
+    """{node name: read_phases report, each process with its node} for every node whose vLLM journal shows a phase;
+    read once per diagnosis (the observation and the report's view share it)."""
+    cached = getattr(cluster, "_startup_phases", None)
+    if cached is not None:
+        return cached
+    reports = cluster._startup_phases = {}
     for node in cluster.reachable_nodes():
         if not node.installed(VLLM_UNIT):
             continue
