@@ -68,6 +68,20 @@ WORDING = [
     ("v1/worker/gpu_model_runner.py", "Graph capturing finished in %.0f secs, took %.2f GiB",
      "(Worker_TP1 pid=3) INFO 12-02 23:46:10 [gpu_model_runner.py:6582] Graph capturing finished in 29 secs, "
      "took 0.5 GiB", "graph_capture", True),
+    ("v1/executor/ray_utils.py", "Waiting for creating a placement group of specs for ",
+     "(EngineCore pid=84) INFO 06-07 18:13:55 [ray_utils.py:464] Waiting for creating a placement group of specs for "
+     "150 seconds. specs=[{'GPU': 1.0}, {'GPU': 1.0}].", "engine_init", False),
+    ("compilation/monitor.py", "%sStarting torch.compile",
+     "(Worker_TP1 pid=3) INFO 12-02 23:44:53 [monitor.py:40] [backbone] Starting torch.compile", "compile", False),
+    ("compilation/monitor.py", "%sInitial profiling/warmup run took %.2f s",
+     "(Worker_PP0 pid=8449) INFO 11-29 20:54:48 [monitor.py:91] [backbone] Initial profiling/warmup run took 0.03 s",
+     "compile", True),
+    ("v1/worker/cpu_worker.py", "Explicitly set (",
+     "(Worker pid=1021) INFO 12-02 23:43:51 [cpu_worker.py:260] Explicitly set (1.0/23.54) GiB for KV cache on "
+     "node 0.", "memory_profiling", True),
+    ("v1/worker/gpu_model_runner.py", 'desc="Capturing CUDA graphs ({}, {})"',
+     "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE):  40%|####      | 28/70 [00:03<00:04,  9.1it/s]",
+     "graph_capture", False),
     ("v1/engine/core.py", "init engine (profile, create kv cache, warmup model) took %.2f s",
      "(EngineCore pid=2) INFO 12-02 23:46:11 [core.py:402] init engine (profile, create kv cache, warmup model) "
      "took 120.05 s", "engine_ready", True),
