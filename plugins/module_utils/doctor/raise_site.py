@@ -459,3 +459,75 @@ def fallback_matches(cluster, matched, table, unit_failed_id="unit_failed"):
             sig["severity"] = "fault" if entry["fault"] else "warning"
             kept.append((start + offset, sig, entry["hits"], {"log"}))
     return kept
+
+
+def _entries(directory):
+    """A package's modules and sub-packages, as names ending in ".py" or "/" (no caches, data or extensions)."""
+    import os
+
+    names = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.startswith(("__pycache__", ".")):
+            continue
+        if os.path.isdir(path) and any(entry.endswith(".py") or os.path.isdir(os.path.join(path, entry))
+                                       for entry in os.listdir(path) if entry != "__pycache__"):
+            names.append(name + "/")
+        elif name.endswith(".py"):
+            names.append(name)
+    return names
+
+
+def _exists(path):
+    """A prefix exists: the package ("x/"), the module ("x.py"), or a name that starts so ("x/tokenization_")."""
+    import os
+
+    if path.endswith("/"):
+        return os.path.isdir(path)
+    if path.endswith(".py"):
+        return os.path.isfile(path)
+    parent, start = os.path.split(path)
+    return os.path.isdir(parent) and any(name.startswith(start) for name in os.listdir(parent))
+
+
+def layout_problems(table, vllm_dir, site_packages=None):
+    """What the table no longer says right about an installed vLLM: [problem], [] when it is current.
+
+    Every vLLM prefix of the table (mapped or unmapped) must exist under ``vllm_dir``; every module and
+    package of vLLM must be held by a prefix, or be a package whose every entry is (one the table splits:
+    ``vllm/v1/``), an ``__init__.py`` of such a package being left out. Library prefixes are checked against
+    ``site_packages`` where that library is installed.
+    """
+    import os
+
+    problems = []
+    vllm_dir = os.path.abspath(vllm_dir)
+    paths = [prefix for prefix, _, _ in table["prefixes"]]
+    for prefix, function, name in table["prefixes"]:
+        label = f"{prefix}:{function}" if function else prefix
+        if prefix.startswith("vllm/"):
+            where = os.path.join(os.path.dirname(vllm_dir), prefix)
+            if not _exists(where):
+                problems.append(f"{label} ({name or 'unmapped'}): nothing of that path in the installed vLLM")
+            elif function and f"def {function}(" not in open(where, encoding="utf-8").read():
+                problems.append(f"{label} ({name}): {prefix} defines no function {function}")
+        elif site_packages:
+            top = prefix.split("/", 1)[0]
+            if os.path.exists(os.path.join(site_packages, top)) and not _exists(os.path.join(site_packages, prefix)):
+                problems.append(f"{label} ({name}): nothing of that path in the installed {top}")
+
+    def check(relative):
+        for entry in _entries(os.path.join(os.path.dirname(vllm_dir), relative)):
+            path = relative + entry
+            if any(path.startswith(prefix) for prefix in paths):
+                continue
+            below = [prefix for prefix in paths if prefix.startswith(path) and prefix != path]
+            if entry.endswith("/") and below:
+                check(path)
+            elif entry == "__init__.py" and relative != "vllm/":
+                continue
+            else:
+                problems.append(f"{path}: neither mapped to a subsystem nor listed as unmapped in subsystems.yml")
+
+    check("vllm/")
+    return problems
