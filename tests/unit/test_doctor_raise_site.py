@@ -360,3 +360,14 @@ def test_a_running_unit_with_a_traceback_is_a_warning_and_a_healthy_one_nothing(
     report = diagnose(with_table(catalog_without("model_missing")), evidence)
     finding = next(f for f in report["findings"] if f["id"].startswith("raised_in_"))
     assert (finding["id"], finding["severity"], finding["nodes"]) == ("raised_in_model_loading", "warning", ["node2"])
+
+
+def test_a_running_unit_s_error_header_alone_is_no_failure_but_a_failing_unit_s_is():
+    # Only ERROR lines (the traceback under them cut off): a running unit logs those for a request that failed.
+    journal = lines_of("gpustack1254-vllm-cuda-error-802")
+    evidence = healthy_cluster("mp")
+    evidence["nodes"]["node1"]["gather"]["journal"]["vllm.service"] = journal
+    catalog = with_table(catalog_without("fabric_manager_down"))
+    assert not any(f["id"].startswith("raised_in_") for f in diagnose(catalog, evidence)["findings"])
+    report = diagnose(catalog, failing(evidence, "node1", journal))
+    assert (report["findings"][0]["id"], report["findings"][0]["severity"]) == ("raised_in_cuda", "fault")

@@ -68,7 +68,7 @@ def _match_log(cluster, log):
                     quoted = " | ".join([quoted, *following])
                 values = {k: v for k, v in match.groupdict().items() if v is not None}
                 hits.append(make_hit(node, f"journal {stream}", quoted, **values))
-            for message in wrapped_messages(lines):
+            for message in _wrapped(cluster, node.name, stream, lines):
                 if matched_lines.intersection(message["lines"]):
                     continue
                 match = log["regex"].search(message["text"])
@@ -82,6 +82,14 @@ def _match_log(cluster, log):
                 values = {k: v for k, v in match.groupdict().items() if v is not None}
                 hits.append(make_hit(node, f"journal {stream}", quoted, **values))
     return hits
+
+
+def _wrapped(cluster, node, stream, lines):
+    """wrapped_messages of one journal, read once per diagnosis whatever the number of log rules."""
+    cache = cluster.__dict__.setdefault("_wrapped_messages", {})
+    if (node, stream) not in cache:
+        cache[(node, stream)] = wrapped_messages(lines)
+    return cache[(node, stream)]
 
 
 class _SafeValues(dict):

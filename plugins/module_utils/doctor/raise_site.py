@@ -247,7 +247,8 @@ def raise_site(lines, table):
     Returns {subsystem (id or None), how ("frame", "exception type", "message" or None), exception (type and
     message, the message joined over its lines), type, message, frame ({file, line, function} of the raising
     frame or None), decided_by (the frame that decided, when a frame did), process, quotes: [(index, text)] of
-    the original lines quoted, traceback (True when a traceback was read)}.
+    the original lines quoted, traceback (True when a traceback was read), strong (a traceback or an error
+    line that names its error, not only an ERROR header)}.
     """
     lines = list(lines or [])
     records = tb.parse_tracebacks(lines)
@@ -288,6 +289,7 @@ def raise_site(lines, table):
             "process": chosen["process"],
             "quotes": quotes,
             "traceback": True,
+            "strong": True,
         }
     pool = [item for item in errors if item["strong"]] or errors
     if not pool:
@@ -326,6 +328,7 @@ def _site_from_error_line(item, name, table, lines):
         "process": item["process"],
         "quotes": [(index, lines[index].strip()) for index in range(item["line"], item["end"] + 1)],
         "traceback": False,
+        "strong": item["strong"],
         "exception_line": item["kind"] == "exception",
     }
 
@@ -431,8 +434,8 @@ def fallback_matches(cluster, matched, table, unit_failed_id="unit_failed"):
             site = raise_site(node.journal(unit), table)
             if site is None or site["subsystem"] is None:
                 continue
-            if state == "running" and not (site["traceback"] or site["how"]):
-                continue
+            if state == "running" and not (site["traceback"] or site["strong"]):
+                continue  # a running unit's ERROR line (a request that failed) is no failure of the unit
             values = finding_values(site, unit)
             hits = [make_hit(node, f"journal {unit}", evidence_line(site), **values),
                     make_hit(node, f"journal {unit}", " | ".join(_clip(text) for _, text in site["quotes"]), **values)]
