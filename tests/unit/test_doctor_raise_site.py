@@ -10,6 +10,7 @@ frame or code line) and unit_failed left only where no error line exists.
 """
 
 import copy
+import json
 import os
 import shutil
 import string
@@ -182,7 +183,7 @@ def test_the_layout_check_names_a_moved_prefix_and_a_new_package(tmp_path):
          "json.decoder.JSONDecodeError: Expecting property name enclosed in double quotes",
          "json/decoder.py:353 in raw_decode; inside transformers/configuration_utils.py:991 in _dict_from_json_file"),
         # Ray's RayTaskError quotes the task's traceback: that one is the root; its errno decides.
-        ("ray-task-error-file-missing", "model_loading", "exception type",
+        ("ray-task-error-file-missing", "model_loading", "errno",
          "FileNotFoundError: [Errno 2] No such file or directory: '/srv/models/missing/config.json'",
          "tmp/tb/ray_task.py:8 in read_config"),
         # torchrun's ChildFailedError passes on; the rank's CUDA out-of-memory is decisive whatever its frames.
@@ -371,3 +372,49 @@ def test_a_running_unit_s_error_header_alone_is_no_failure_but_a_failing_unit_s_
     assert not any(f["id"].startswith("raised_in_") for f in diagnose(catalog, evidence)["findings"])
     report = diagnose(catalog, failing(evidence, "node1", journal))
     assert (report["findings"][0]["id"], report["findings"][0]["severity"]) == ("raised_in_cuda", "fault")
+
+
+def lab_journal(case, host, unit):
+    data = json.loads((REPO / "tests" / "fixtures" / "doctor" / "lab" / "cases" / f"{case}.json").read_text())
+    return dict(zip(data["hosts"], data["gather"], strict=True))[host]["evidence"]["journal"][unit]
+
+
+def test_an_address_in_use_is_the_api_server_s_only_where_one_runs():
+    # The lab's port conflict: vLLM's API server on the head could not bind, its frame says so.
+    journal = lab_journal("port-conflict", "node1", "vllm.service")
+    site = rs.raise_site(journal, TABLE, exclude=("api_server",))
+    assert (site["subsystem"], site["how"]) == ("api_server", "frame")  # a frame decides wherever it was logged
+    assert rs.evidence_line(site).endswith("raised at vllm/entrypoints/launchers/launcher.py:348 in "
+                                           "create_server_socket")
+    # The exception line alone (no frames): its errno says the API server where one runs; where none runs (a
+    # Ray unit, a headless node), the address in use points to the distributed runtime.
+    alone = [line for line in journal if "Address already in use" in line]
+    assert alone == ["OSError: [Errno 98] Address already in use"]
+    assert (rs.raise_site(alone, TABLE)["subsystem"], rs.raise_site(alone, TABLE)["how"]) == ("api_server", "errno")
+    assert rs.raise_site(alone, TABLE, exclude=("api_server",))["subsystem"] == "distributed"
+
+
+def test_the_first_thing_a_message_names_decides_between_subsystems():
+    # torch's TCPStore: "The server socket has failed ... address already in use": the socket (distributed) is
+    # named before the address in use (also the API server's words).
+    site = rs.raise_site(lines_of("vlmr1-289-tcpstore-port-in-use"), TABLE)
+    assert (site["subsystem"], site["how"]) == ("distributed", "message")
+
+
+def test_an_exception_type_s_module_decides_when_no_frame_is_printed():
+    # A Ray worker's HFValidationError logged without its frames: huggingface_hub defines it.
+    site = rs.raise_site(lines_of("dynamo4941-model-missing-on-ray-worker"), TABLE)
+    assert (site["subsystem"], site["how"], site["type"]) == (
+        "model_loading", "exception type", "huggingface_hub.errors.HFValidationError")
+
+
+def test_a_signature_that_rests_on_the_unit_s_failure_alone_follows_from_the_raise_site():
+    # The Ray worker's version mismatch without its signature: ray_not_running rests only on the failed Ray unit;
+    # where Ray raised the root exception comes first and explains it.
+    evidence = with_log(healthy_cluster("ray"), "logicrl30-ray-python-version-mismatch.log", node="node2",
+                        unit="ray-worker.service")
+    report = diagnose(with_table(catalog_without("ray_version_mismatch")), evidence)
+    ids = [f["id"] for f in report["findings"]]
+    assert ids[0] == "raised_in_ray", ids
+    assert "ray_not_running" in ids and "raised_in_ray" in report["findings"][ids.index("ray_not_running")][
+        "explained_by"]

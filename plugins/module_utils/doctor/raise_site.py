@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import make_hit
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import VLLM_UNIT, make_hit
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_node import (
     _stopped_on_request,
     _unit_line,
@@ -170,29 +170,43 @@ def _type_matches(exception_type, names):
     return any(name == bare or ("." not in name and name == last) for name in names)
 
 
-def _by_type(record, table, key):
+def _by_type(record, table, key, exclude=()):
     for subsystem in table["subsystems"]:
-        if _type_matches(record.get("type"), subsystem[key]):
+        if subsystem["id"] not in exclude and _type_matches(record.get("type"), subsystem[key]):
             return subsystem["id"]
     return None
 
 
-def _by_errno(text, table):
+def _by_errno(text, table, exclude=()):
     match = _ERRNO.search(text or "")
     if not match:
         return None
     number = int(match.group("errno"))
     for subsystem in table["subsystems"]:
-        if abs(number) in subsystem["errno"]:
+        if subsystem["id"] not in exclude and abs(number) in subsystem["errno"]:
             return subsystem["id"]
     return None
 
 
-def _by_message(text, table):
-    for subsystem in table["subsystems"]:
-        if any(pattern.search(text or "") for pattern in subsystem["messages"]):
-            return subsystem["id"]
-    return None
+def _by_message(text, table, exclude=()):
+    """The subsystem whose pattern matches first in the message (the first thing it names); table order on a tie."""
+    found = []
+    for order, subsystem in enumerate(table["subsystems"]):
+        if subsystem["id"] in exclude:
+            continue
+        starts = [match.start() for pattern in subsystem["messages"] for match in [pattern.search(text or "")] if match]
+        if starts:
+            found.append((min(starts), order, subsystem["id"]))
+    return min(found)[2] if found else None
+
+
+def _by_type_module(exception_type, table, exclude=()):
+    """The subsystem of the module that defines the exception type ("huggingface_hub.errors.X": huggingface_hub/)."""
+    parts = re.sub(r"\(.*\)$", "", exception_type or "").split(".")[:-1]
+    if not parts:
+        return None
+    name, _ = frame_subsystem({"file": "/".join(parts) + "/", "function": None}, table)
+    return None if name in exclude else name
 
 
 def _by_frames(frames, table):
@@ -212,8 +226,12 @@ def passes_on(text, table):
     return any(pattern.search(text or "") for pattern in table["passes_on"])
 
 
-def classify(record, table):
-    """(subsystem id or None, how it was decided, the frame that decided or the raising frame) of one exception."""
+def classify(record, table, exclude=()):
+    """(subsystem id or None, how it was decided, the frame that decided or the raising frame) of one exception.
+
+    exclude: subsystems that cannot have raised it where it was logged (the API server in a unit that runs
+    none); frames decide whatever it holds.
+    """
     frames = record.get("frames") or []
     raising = frames[-1] if frames else None
     exception = f"{record.get('type')}: {record.get('full_message') or record.get('message') or ''}"
@@ -223,10 +241,13 @@ def classify(record, table):
     name, frame = _by_frames(frames, table)
     if name:
         return name, "frame", frame
-    name = _by_type(record, table, "exceptions") or _by_errno(exception, table)
+    name = _by_type_module(record.get("type"), table, exclude) or _by_type(record, table, "exceptions", exclude)
     if name:
         return name, "exception type", raising
-    name = _by_message(exception, table)
+    name = _by_errno(exception, table, exclude)
+    if name:
+        return name, "errno", raising
+    name = _by_message(exception, table, exclude)
     return name, ("message" if name else None), raising
 
 
@@ -241,10 +262,10 @@ def _frame_text(frame):
     return f"{module_path(frame['file'])}:{frame['line']}"
 
 
-def raise_site(lines, table):
+def raise_site(lines, table, exclude=()):
     """The root error of the last failure in journal lines and the subsystem that raised it; None without one.
 
-    Returns {subsystem (id or None), how ("frame", "exception type", "message" or None), exception (type and
+    Returns {subsystem (id or None), how ("frame", "exception type", "errno", "message" or None), exception (type and
     message, the message joined over its lines), type, message, frame ({file, line, function} of the raising
     frame or None), decided_by (the frame that decided, when a frame did), process, quotes: [(index, text)] of
     the original lines quoted, traceback (True when a traceback was read), strong (a traceback or an error
@@ -260,20 +281,20 @@ def raise_site(lines, table):
         # A root that only reports a failure elsewhere: an error line before it, or another traceback, decides.
         candidates = [record for record in failure if not passes_on(record["exception"], table)] or [root]
         chosen = candidates[0]
-        name, how, frame = classify(chosen, table)
+        name, how, frame = classify(chosen, table, exclude)
         if name is None:
             for record in failure:
                 if record is not chosen:
-                    name, how, _ = classify(record, table)
+                    name, how, _ = classify(record, table, exclude)
                     if name:
                         break
         if passes_on(chosen["exception"], table) or name is None:
             before = [item for item in errors if item["line"] < chosen["start"] and not item["in_traceback"]
                       and item["strong"]]
             for item in before:
-                guess = _error_line_subsystem(item, table)
-                if guess:
-                    return _site_from_error_line(item, guess, table, lines)
+                guess = _error_line_subsystem(item, table, exclude)
+                if guess[0]:
+                    return _site_from_error_line(item, guess, lines)
         quotes = [(chosen["line"], lines[chosen["line"]].strip())]
         quotes += [(index, lines[index].strip()) for index in range(chosen["line"] + 1, chosen["end"] + 1)]
         raising = chosen["frames"][-1] if chosen["frames"] else None
@@ -295,16 +316,23 @@ def raise_site(lines, table):
     if not pool:
         return None
     for item in pool:
-        guess = _error_line_subsystem(item, table)
-        if guess:
-            return _site_from_error_line(item, guess, table, lines)
-    return _site_from_error_line(pool[0], None, table, lines)
+        guess = _error_line_subsystem(item, table, exclude)
+        if guess[0]:
+            return _site_from_error_line(item, guess, lines)
+    return _site_from_error_line(pool[0], (None, None), lines)
 
 
-def _error_line_subsystem(item, table):
-    record = {"type": item.get("type"), "message": item["text"], "full_message": item["text"], "frames": []}
-    name, _, _ = classify(record, table) if item.get("type") else (None, None, None)
-    return name or _by_errno(item["text"], table) or _by_message(item["text"], table)
+def _error_line_subsystem(item, table, exclude=()):
+    """(subsystem or None, how) of an error line: an exception line by its type, else its errno, else its message."""
+    if item.get("type"):
+        message = item["text"].split(": ", 1)[1] if ": " in item["text"] else item["text"]
+        name, how, _ = classify({"type": item["type"], "full_message": message, "frames": []}, table, exclude)
+        return name, how
+    name = _by_errno(item["text"], table, exclude)
+    if name:
+        return name, "errno"
+    name = _by_message(item["text"], table, exclude)
+    return name, ("message" if name else None)
 
 
 def _line_label(item):
@@ -316,10 +344,10 @@ def _line_label(item):
     return {"c10d": "c10d error", "logged error": "ERROR line"}.get(item["kind"], item["kind"])
 
 
-def _site_from_error_line(item, name, table, lines):
+def _site_from_error_line(item, decided, lines):
     return {
-        "subsystem": name,
-        "how": "message" if name else None,
+        "subsystem": decided[0],
+        "how": decided[1],
         "exception": _clip(item["text"]),
         "type": _line_label(item),
         "message": item["text"],
@@ -404,13 +432,28 @@ def _units_read(cluster, node):
     return units
 
 
+# Evidence that a unit fails says nothing of why: a signature resting on it alone (ray_not_running on a failed Ray
+# unit) names no cause the raise site could not name better.
+UNIT_STATE_KINDS = ("unit_failed",)
+
+
 def _specific_fault_nodes(matched, unit_failed_id, priority):
-    """Nodes where a signature of the catalog more specific than the fallback found a fault."""
+    """Nodes where a signature of the catalog more specific than the fallback found a fault (not only a unit's state)."""
     nodes = set()
     for _, sig, hits, _ in matched:
         if sig["id"] != unit_failed_id and sig["severity"] == "fault" and sig["priority"] > priority:
-            nodes.update(hit["node"] for hit in hits if hit["node"])
+            nodes.update(hit["node"] for hit in hits if hit["node"] and hit.get("kind") not in UNIT_STATE_KINDS)
     return nodes
+
+
+def _unit_state_signatures(matched, unit_failed_id):
+    """Matched signatures that rest on a unit's failure alone: the raise site explains them."""
+    return [sig["id"] for _, sig, hits, _ in matched
+            if sig["id"] != unit_failed_id and hits and all(hit.get("kind") in UNIT_STATE_KINDS for hit in hits)]
+
+
+def _runs_api_server(cluster, node, unit):
+    return unit == VLLM_UNIT and node is cluster.head and "--headless" not in (node.plan.get("argv") or [])
 
 
 def fallback_matches(cluster, matched, table, unit_failed_id="unit_failed"):
@@ -431,7 +474,8 @@ def fallback_matches(cluster, matched, table, unit_failed_id="unit_failed"):
             continue
         for unit in _units_read(cluster, node):
             state = _unit_state(node, unit) if node.installed(unit) else "other"
-            site = raise_site(node.journal(unit), table)
+            exclude = () if _runs_api_server(cluster, node, unit) else ("api_server",)
+            site = raise_site(node.journal(unit), table, exclude)
             if site is None or site["subsystem"] is None:
                 continue
             if state == "running" and not (site["traceback"] or site["strong"]):
@@ -455,10 +499,12 @@ def fallback_matches(cluster, matched, table, unit_failed_id="unit_failed"):
                 continue
         kept.append((order, sig, hits, kinds))
     start = max((order for order, *_ in matched), default=0) + 1
+    state_only = _unit_state_signatures(kept, unit_failed_id)
     for offset, subsystem in enumerate(table["subsystems"]):
         entry = by_subsystem.get(subsystem["id"])
         if entry:
             sig = signature(subsystem, table)
+            sig["explains"] = sig["explains"] + state_only
             sig["severity"] = "fault" if entry["fault"] else "warning"
             kept.append((start + offset, sig, entry["hits"], {"log"}))
     return kept

@@ -365,15 +365,23 @@ def _full(record):
     return f"{record['type']}: {record['full_message']}" if record["full_message"] else record["type"]
 
 
-# An exception line on its own (logged without its traceback, or the traceback cut off).
+# An exception line on its own (logged without its traceback, or the traceback cut off), after an unknown
+# log prefix ending "] " if any: a name ending Error/Exception/..., or a dotted module path and a class name.
 _EXCEPTION_LINE = re.compile(
-    r"^[`>|\s]*(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Failure|Exit))(?:\([\w., ]*\))?: (?P<message>\S.*)$")
+    r"^(?:[^\s\]]*(?: [^\s\]]+){0,6}\] )?[`>|\s]*(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Failure|Exit)"
+    r"|(?:[a-z_]\w*\.)+[A-Z]\w*)(?:\([\w., ]*\))?: (?P<message>\S.*)$")
 # Error lines of programs that print no Python traceback: NCCL, c10d (torch's C++ log), errno lines.
 _NCCL_WARN = re.compile(r"\bNCCL WARN\b")
 # "[E616 02:08:15.931416442 socket.cpp:1023]", "[E ProcessGroupNCCL.cpp:563]"
 _C10D = re.compile(r"\[[EF](?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)?)? ?[\w./-]+\.(?:cpp|cc|cu|h):\d+\]")
+_C10D_ANY_LEVEL = re.compile(r"\[[IWEF](?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)?)? ?[\w./-]+\.(?:cpp|cc|cu|h):\d+\]")
 _GLOG_ERROR = re.compile(r"^[EF]\d{4} ")
 _ERRNO_LINE = re.compile(r"\[Errno -?\d+\]")
+# Ray's C++ core at level E or F: "[2025-06-13 01:49:41,730 E 1 1] gcs_rpc_client.h:179: ..."
+_RAY_CPP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EF] \d+ \d+\] ")
+# A command's own error: argparse's "api_server.py: error: unrecognized arguments", "nvidia-container-cli:
+# requirement error: ...", "docker: Error response from daemon: ..."
+_TOOL_ERROR = re.compile(r"^[\w./@-]+: (?:[\w-]+ )?[Ee]rror\b")
 _LOGGED_ERROR = re.compile(r"^(?:ERROR|CRITICAL)\b|\s(?:ERROR|CRITICAL)\s")
 
 
@@ -391,6 +399,10 @@ def _error_kind(header, body):
         return "c10d", True, None
     if _ERRNO_LINE.search(text):
         return "errno", True, None
+    if _RAY_CPP.match(text):
+        return "Ray error", True, None
+    if not header and _TOOL_ERROR.match(text):
+        return "command error", True, None
     if header and _LOGGED_ERROR.search(header) and text and not (
             _TRACEBACK.match(body) or _FRAME.match(body) or body[:1].isspace() or _CARETS.match(body)):
         return "logged error", False, None
@@ -403,7 +415,7 @@ def _continues(first, item):
     _, _, header, body = item
     text = body.strip()
     if (not text or text in _CHAIN or _TRACEBACK.match(body) or _FRAME.match(body) or _EXCEPTION_LINE.match(text)
-            or _NCCL_WARN.search(text) or _C10D.search(text) or any(p.match(text) for p in _NOT_MESSAGE)):
+            or _NCCL_WARN.search(text) or _C10D_ANY_LEVEL.search(text) or _RAY_CPP.match(text) or any(p.match(text) for p in _NOT_MESSAGE)):
         return False
     if header != first[2]:
         return False
