@@ -7,9 +7,11 @@ API server's "See root cause above") and the frames it was raised through.
 the subsystem from the table ``roles/doctor/files/subsystems.yml``
 (``load_subsystems`` checks it): a decisive exception type, else the deepest
 vLLM frame inside a mapped prefix, else the deepest library frame, else the
-exception's type or errno, else its message. Without a traceback, the journal's
-error lines (NCCL's ``NCCL WARN``, c10d's ``[E... socket.cpp]``, an exception
-or errno line on its own, a logged ERROR) stand for it.
+module that defines the exception's type or its name, else its errno, else the
+subsystem its message names first. Without a traceback, the journal's error
+lines (NCCL's ``NCCL WARN``, c10d's ``[E... socket.cpp]``, Ray's C++ errors, an
+exception or errno line on its own, a command's "error:", a logged ERROR) stand
+for it. ``layout_problems`` checks the table against an installed vLLM.
 
 ``fallback_findings`` turns it into the doctor's ``raised_in_<subsystem>``
 signatures, which rank below every signature of the catalog and above
