@@ -284,9 +284,11 @@ def raise_site(lines, table, exclude=()):
         candidates = [record for record in failure if not passes_on(record["exception"], table)] or [root]
         chosen = candidates[0]
         name, how, frame = classify(chosen, table, exclude)
+        if passes_on(chosen["exception"], table):
+            name = how = frame = None  # its frames are those of the process that reported it, not of the failure
         if name is None:
             for record in failure:
-                if record is not chosen:
+                if record is not chosen and not passes_on(record["exception"], table):
                     name, how, _ = classify(record, table, exclude)
                     if name:
                         break
@@ -314,7 +316,8 @@ def raise_site(lines, table, exclude=()):
             "traceback": True,
             "strong": True,
         }
-    pool = [item for item in errors if item["strong"]] or errors
+    # Lines that name their error first; else ERROR lines, then Python warnings (a library's last word).
+    pool = [item for item in errors if item["strong"]] or sorted(errors, key=lambda item: item["kind"] != "logged error")
     if not pool:
         return None
     for item in pool:
@@ -328,7 +331,8 @@ def _error_line_subsystem(item, table, exclude=()):
     """(subsystem or None, how) of an error line: an exception line by its type, else its errno, else its message."""
     if item.get("type"):
         message = item["text"].split(": ", 1)[1] if ": " in item["text"] else item["text"]
-        name, how, _ = classify({"type": item["type"], "full_message": message, "frames": []}, table, exclude)
+        record = {"type": item["type"], "full_message": message, "frames": item.get("frames") or []}
+        name, how, _ = classify(record, table, exclude)
         return name, how
     name = _by_errno(item["text"], table, exclude)
     if name:
@@ -339,6 +343,8 @@ def _error_line_subsystem(item, table, exclude=()):
 
 def _line_label(item):
     """What an error line is, in words: its exception type, else "NCCL WARN", "c10d error", "[Errno 13] error"."""
+    if item["kind"] == "Python warning":
+        return item["type"]
     if item.get("type"):
         return item["type"]
     if item["kind"] == "errno":
@@ -353,8 +359,8 @@ def _site_from_error_line(item, decided, lines):
         "exception": _clip(item["text"]),
         "type": _line_label(item),
         "message": item["text"],
-        "frame": None,
-        "decided_by": None,
+        "frame": (item.get("frames") or [None])[0],
+        "decided_by": (item.get("frames") or [None])[0] if decided[1] == "frame" else None,
         "process": item["process"],
         "quotes": [(index, lines[index].strip()) for index in range(item["line"], item["end"] + 1)],
         "traceback": False,

@@ -381,6 +381,8 @@ _ERRNO_LINE = re.compile(r"\[Errno -?\d+\]")
 _RAY_CPP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EF] \d+ \d+\] ")
 # A command's own error: argparse's "api_server.py: error: unrecognized arguments", "nvidia-container-cli:
 # requirement error: ...", "docker: Error response from daemon: ..."
+# A Python warning: "/usr/lib/python3.12/site-packages/huggingface_hub/file_download.py:798: UserWarning: ..."
+_PY_WARNING = re.compile(r"^(?P<file>\S+\.py):(?P<line>\d+): (?P<type>\w*Warning): \S")
 _TOOL_ERROR = re.compile(r"^[\w./@-]+: (?:[\w-]+ )?[Ee]rror\b")
 _LOGGED_ERROR = re.compile(r"^(?:ERROR|CRITICAL)\b|\s(?:ERROR|CRITICAL)\s")
 
@@ -403,6 +405,8 @@ def _error_kind(header, body):
         return "Ray error", True, None
     if not header and _TOOL_ERROR.match(text):
         return "command error", True, None
+    if _PY_WARNING.match(text):
+        return "Python warning", False, _PY_WARNING.match(text).group("type")
     if header and _LOGGED_ERROR.search(header) and text and not (
             _TRACEBACK.match(body) or _FRAME.match(body) or body[:1].isspace() or _CARETS.match(body)):
         return "logged error", False, None
@@ -461,9 +465,11 @@ def error_lines(lines):
     """Every line that reports an error, in order: [{line, end, text, process, kind, type, strong, in_traceback}].
 
     kind: "exception" (an exception line), "NCCL WARN", "c10d" (torch's C++ log at level E or F), "errno"
-    (an ``[Errno N]``), "logged error" (a log record at ERROR or CRITICAL); strong: every kind but the last;
-    type: the exception's type for an exception line; text: the message without its prefixes, joined over
-    the lines it was wrapped on (end: its last line); in_traceback: the line belongs to a parsed traceback.
+    (an ``[Errno N]``), "Ray error" (Ray's C++ log at level E or F), "command error" (``prog: error: ...``),
+    "logged error" (a log record at ERROR or CRITICAL), "Python warning" (``file.py:N: XWarning: ...``);
+    strong: every kind but the last two; type: the exception's (or warning's) type; text: the message without
+    its prefixes, joined over the lines it was wrapped on (end: its last line); frames: the warning's file and
+    line as a frame, else []; in_traceback: the line belongs to a parsed traceback.
     """
     lines = list(lines or [])
     covered = set()
@@ -481,8 +487,11 @@ def error_lines(lines):
             end, text = wrapped[index]["end"], wrapped[index]["body"]
         if kind[0] == "exception":
             text = text[_EXCEPTION_LINE.match(text).start("type"):]
+        warning = _PY_WARNING.match(body.strip()) if kind[0] == "Python warning" else None
+        frames = ([{"file": warning.group("file"), "line": int(warning.group("line")), "function": "warnings.warn"}]
+                  if warning else [])
         found.append({"line": index, "end": end, "text": text, "process": process, "kind": kind[0],
-                      "strong": kind[1], "type": kind[2], "in_traceback": index in covered})
+                      "strong": kind[1], "type": kind[2], "frames": frames, "in_traceback": index in covered})
     return found
 
 
