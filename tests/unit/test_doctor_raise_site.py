@@ -418,3 +418,25 @@ def test_a_signature_that_rests_on_the_unit_s_failure_alone_follows_from_the_rai
     assert ids[0] == "raised_in_ray", ids
     assert "ray_not_running" in ids and "raised_in_ray" in report["findings"][ids.index("ray_not_running")][
         "explained_by"]
+
+
+def test_a_root_that_only_passes_a_failure_on_decides_no_subsystem():
+    # The API server's traceback of the KV cache failure alone (the engine core's cut off): its "See root cause
+    # above" was raised in the API server's frames, which say nothing of the failure.
+    journal = lines_of("vllm-cpu-kv-cache-too-small")
+    last = max(index for index, line in enumerate(journal) if "Traceback (most recent call last)" in line)
+    site = rs.raise_site(journal[last:], TABLE)
+    assert site["exception"].startswith("RuntimeError: Engine core initialization failed. See root cause above.")
+    assert site["subsystem"] is None
+    # with the engine core's lines, the root is the engine core's and it names memory
+    assert rs.raise_site(journal, TABLE)["subsystem"] == "memory"
+
+
+def test_a_deprecation_warning_is_no_error_line_and_a_resource_warning_names_no_subsystem():
+    journal = lines_of("vllm-cpu-kv-cache-too-small")
+    warnings = [line for line in journal if "Warning: " in line and ".py:" in line]
+    assert any("FutureWarning" in line for line in warnings) and any("UserWarning" in line for line in warnings)
+    kinds = [(item["kind"], item["type"]) for item in tb.error_lines(warnings)]
+    assert kinds == [("Python warning", "UserWarning")] * sum("UserWarning" in line for line in warnings)
+    site = rs.raise_site(warnings, TABLE)  # multiprocessing's resource_tracker is no subsystem of the table
+    assert site["subsystem"] is None and site["frame"]["file"].endswith("multiprocessing/resource_tracker.py")

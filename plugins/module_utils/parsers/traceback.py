@@ -382,7 +382,9 @@ _RAY_CPP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EF] \d+ \d+\] ")
 # A command's own error: argparse's "api_server.py: error: unrecognized arguments", "nvidia-container-cli:
 # requirement error: ...", "docker: Error response from daemon: ..."
 # A Python warning: "/usr/lib/python3.12/site-packages/huggingface_hub/file_download.py:798: UserWarning: ..."
-_PY_WARNING = re.compile(r"^(?P<file>\S+\.py):(?P<line>\d+): (?P<type>\w*Warning): \S")
+# (not a deprecation: that one says nothing about the failure)
+_PY_WARNING = re.compile(
+    r"^(?P<file>\S+\.py):(?P<line>\d+): (?P<type>(?!Future|Deprecation|PendingDeprecation)\w*Warning): \S")
 _TOOL_ERROR = re.compile(r"^[\w./@-]+: (?:[\w-]+ )?[Ee]rror\b")
 _LOGGED_ERROR = re.compile(r"^(?:ERROR|CRITICAL)\b|\s(?:ERROR|CRITICAL)\s")
 
