@@ -440,3 +440,18 @@ def test_a_deprecation_warning_is_no_error_line_and_a_resource_warning_names_no_
     assert kinds == [("Python warning", "UserWarning")] * sum("UserWarning" in line for line in warnings)
     site = rs.raise_site(warnings, TABLE)  # multiprocessing's resource_tracker is no subsystem of the table
     assert site["subsystem"] is None and site["frame"]["file"].endswith("multiprocessing/resource_tracker.py")
+
+
+def test_a_pattern_that_matches_a_frame_s_code_quotes_the_exception_it_belongs_to():
+    # A log rule that matches a code line of worker 0's traceback (the line vllm_logs quoted before): the
+    # evidence is that traceback's exception line, never the code line.
+    data = copy.deepcopy(RAW_CATALOG)
+    sig = next(sig for sig in data["signatures"] if sig["id"] == "model_weights_missing")
+    data["signatures"] = [dict(sig, match={"any": [{"log": {"pattern": r"self\.load_weights\(model, model_config\)"}}]},
+                               explains=[])]
+    evidence = failing(healthy_cluster("mp"), "node1", lines_of("vllm-cpu-tp2-model-weights-missing"))
+    report = diagnose(load_catalog(data), evidence)
+    quoted = [item["line"] for item in report["findings"][0]["evidence"]]
+    assert quoted and all(line.endswith("RuntimeError: Cannot find any model weights with `/tmp/tb/tiny-noweights`")
+                          for line in quoted), quoted
+    assert not any("load_weights" in line for line in quoted)

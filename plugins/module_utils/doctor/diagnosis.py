@@ -26,7 +26,11 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence i
     make_hit,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations import OBSERVATIONS
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.traceback import wrapped_messages
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.traceback import (
+    parse_tracebacks,
+    split_line,
+    wrapped_messages,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import history as plan_history
 
 
@@ -62,7 +66,7 @@ def _match_log(cluster, log):
                 if key in seen:
                     continue
                 seen.add(key)
-                quoted = line.strip()
+                quoted = _exception_of_frame(cluster, node.name, stream, lines, index) or line.strip()
                 if log.get("after"):
                     following = [text.strip() for text in lines[index + 1: index + 1 + log["after"]] if text.strip()]
                     quoted = " | ".join([quoted, *following])
@@ -82,6 +86,22 @@ def _match_log(cluster, log):
                 values = {k: v for k, v in match.groupdict().items() if v is not None}
                 hits.append(make_hit(node, f"journal {stream}", quoted, **values))
     return hits
+
+
+def _exception_of_frame(cluster, node, stream, lines, index):
+    """The exception line of the traceback whose frame or code line ``index`` is, else None: evidence quotes the
+    exception a frame belongs to, never the frame."""
+    cache = cluster.__dict__.setdefault("_frame_exceptions", {})
+    if (node, stream) not in cache:
+        frames = {}
+        for record in parse_tracebacks(lines):
+            for number in range(record["start"], record["line"]):
+                process, _, _, body = split_line(str(lines[number]))
+                if process == record["process"] and (body[:1].isspace() or body.lstrip().startswith("File \"")):
+                    frames.setdefault(number, record["line"])
+        cache[(node, stream)] = frames
+    line = cache[(node, stream)].get(index)
+    return None if line is None else str(lines[line]).strip()
 
 
 def _wrapped(cluster, node, stream, lines):
