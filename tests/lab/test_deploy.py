@@ -32,8 +32,8 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.render.vllm_unit 
 )
 
 # CI runs section 1 and the teardown (deploy, verify, changed=0, --check --diff, teardown). The variants and
-# failure tables (sections 2 to 5, 395 s on 2026-12-03) are extended (scripts/test --extended, docs/lab.md): with
-# them a clean-clone CI ran over 70 minutes on this machine that day.
+# failure tables (sections 2 to 5, about 400 s) are extended (scripts/test --extended, docs/lab.md): with them a
+# clean-clone CI runs past its 65-minute budget on two cores.
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(5400)]
 extended = pytest.mark.lab_extended
 

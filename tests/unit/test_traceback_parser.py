@@ -367,7 +367,8 @@ def test_unit_failed_quotes_the_exception_line_not_a_frame_line():
     journal = fixture("vllm-cpu-tp2-model-weights-missing")
     # What the doctor quoted before: vllm_logs' last error line, a frame's code line.
     assert vllm_logs.parse_log("\n".join(journal))["errors"][-1]["line"] == "self.load_weights(model, model_config)"
-    last = f"{ENGINE_CORE_FAILED} (root: {WEIGHTS_MISSING})"
+    # Now: the root exception first (the worker's), the API server's "See root cause above" after it.
+    last = f"{WEIGHTS_MISSING} (reported last as: {ENGINE_CORE_FAILED})"
     assert _last_error_line(journal, "vllm.service") == last
     hits = obs_unit_failed(Cluster(failing(journal)), {})
     assert [(hit["node"], hit["source"], hit["line"]) for hit in hits] == [
@@ -389,21 +390,27 @@ def test_unit_failed_quotes_the_root_of_a_cut_long_line_and_the_ray_unit_too():
     # The KV cache error is longer than a finding quotes; the Ray worker of the lab's version mismatch.
     hits = obs_unit_failed(Cluster(failing(fixture("vllm-cpu-kv-cache-too-small"))), {})
     assert hits[0]["values"]["last_error"] == (
-        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): "
-        "{'EngineCore': 1} (root: " + KV_VALUE_ERROR[:297] + "...)")
+        KV_VALUE_ERROR[:297] + "... (reported last as: RuntimeError: Engine core initialization failed. See root "
+        "cause above. Failed core proc(s): {'EngineCore': 1})")
     journal = lab_journal("ray-version-mismatch", "node2", "ray-worker.service")
     hits = obs_unit_failed(Cluster(failing(journal, host="node2", unit="ray-worker.service")), {})
     assert [hit["line"] for hit in hits if hit["source"] != "systemctl"] == [
         "raise RuntimeError(error_message) | RuntimeError: Version mismatch: The cluster was started with: "
         "| Ray: 2.60.0 | Python: 3.11.2"]
-    assert hits[0]["values"]["last_error"] == "RuntimeError: Version mismatch: The cluster was started with:"
+    # The whole message, joined over the lines it was printed on.
+    assert hits[0]["values"]["last_error"] == (
+        "RuntimeError: Version mismatch: The cluster was started with: Ray: 2.60.0 Python: 3.11.2 This process on "
+        "node 10.231.4.12 was started with: Ray: 2.59.0 Python: 3.11.2")
 
 
-def test_without_a_traceback_the_last_error_line_is_as_before():
-    # No complete traceback: vLLM's last error line (vllm_logs), or the last line with Error/failed.
+def test_without_a_traceback_the_first_error_line_is_quoted_never_a_traceback_line():
+    # No complete traceback: the first line that names its error, else the first ERROR line.
     assert _last_error_line(public("vllm33297-free-memory-gpu-busy"), "vllm.service") == (
         "ValueError: Free memory on device cuda:0 (1.53/22.05 GiB) on startup is less than desired GPU memory "
         "utilization (0.9, 19.84 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.")
     hits = obs_unit_failed(Cluster(failing(public("gpustack1254-vllm-cuda-error-802"))), {})
     assert [hit["source"] for hit in hits] == ["systemctl"]
-    assert hits[0]["values"]["last_error"] == "Traceback (most recent call last):"
+    # Before, the last ERROR line was quoted: "Traceback (most recent call last):" of a cut-off traceback.
+    assert hits[0]["values"]["last_error"] == (
+        "Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() "
+        "that might have already set an error? Error 802: system not yet initialized")

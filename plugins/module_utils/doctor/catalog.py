@@ -14,9 +14,11 @@ Pure Python 3.11, no Ansible import (PyYAML only in ``load_catalog_file``).
 
 from __future__ import annotations
 
+import os
 import re
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations import OBSERVATIONS
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.raise_site import load_subsystems_file
 
 CATALOG_VERSION = 1
 FAMILIES = ("startup", "communication", "performance")
@@ -186,7 +188,11 @@ def load_catalog(data):
 
 
 def load_catalog_file(path):
+    """The catalog at ``path``, with the subsystem table (``subsystems``) of the subsystems.yml beside it, if any."""
     import yaml  # the controller has PyYAML (Ansible needs it); only this loader uses it
 
     with open(path, encoding="utf-8") as handle:
-        return load_catalog(yaml.safe_load(handle))
+        catalog = load_catalog(yaml.safe_load(handle))
+    table = os.path.join(os.path.dirname(os.path.abspath(path)), "subsystems.yml")
+    catalog["subsystems"] = load_subsystems_file(table) if os.path.isfile(table) else None
+    return catalog

@@ -14,7 +14,11 @@ from __future__ import annotations
 import json
 import string
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import causality, router_view
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import (
+    causality,
+    raise_site,
+    router_view,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
     RAY_UNITS,
     VLLM_UNIT,
@@ -22,6 +26,11 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence i
     make_hit,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations import OBSERVATIONS
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.traceback import (
+    parse_tracebacks,
+    split_line,
+    wrapped_messages,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import history as plan_history
 
 
@@ -38,25 +47,69 @@ def _log_streams(node, sources):
 
 
 def _match_log(cluster, log):
+    """Hits of a log rule: each journal line, then each message wrapped over several lines, joined.
+
+    A pattern that spans a wrapped message's line break matches the joined message; its evidence quotes the
+    original lines (" | " between them). A message whose lines already matched one by one is not quoted twice.
+    """
     hits = []
     seen = set()
     for node in cluster.reachable_nodes():
         for stream, lines in _log_streams(node, log["sources"]):
+            matched_lines = set()
             for index, line in enumerate(lines):
                 match = log["regex"].search(line)
                 if not match:
                     continue
+                matched_lines.add(index)
                 key = (node.name, stream, line.strip())
                 if key in seen:
                     continue
                 seen.add(key)
-                quoted = line.strip()
+                quoted = _exception_of_frame(cluster, node.name, stream, lines, index) or line.strip()
                 if log.get("after"):
                     following = [text.strip() for text in lines[index + 1: index + 1 + log["after"]] if text.strip()]
                     quoted = " | ".join([quoted, *following])
                 values = {k: v for k, v in match.groupdict().items() if v is not None}
                 hits.append(make_hit(node, f"journal {stream}", quoted, **values))
+            for message in _wrapped(cluster, node.name, stream, lines):
+                if matched_lines.intersection(message["lines"]):
+                    continue
+                match = log["regex"].search(message["text"])
+                if not match:
+                    continue
+                quoted = " | ".join(str(lines[index]).strip() for index in message["lines"])
+                key = (node.name, stream, quoted)
+                if key in seen:
+                    continue
+                seen.add(key)
+                values = {k: v for k, v in match.groupdict().items() if v is not None}
+                hits.append(make_hit(node, f"journal {stream}", quoted, **values))
     return hits
+
+
+def _exception_of_frame(cluster, node, stream, lines, index):
+    """The exception line of the traceback whose frame or code line ``index`` is, else None: evidence quotes the
+    exception a frame belongs to, never the frame."""
+    cache = cluster.__dict__.setdefault("_frame_exceptions", {})
+    if (node, stream) not in cache:
+        frames = {}
+        for record in parse_tracebacks(lines):
+            for number in range(record["start"], record["line"]):
+                process, _, _, body = split_line(str(lines[number]))
+                if process == record["process"] and (body[:1].isspace() or body.lstrip().startswith("File \"")):
+                    frames.setdefault(number, record["line"])
+        cache[(node, stream)] = frames
+    line = cache[(node, stream)].get(index)
+    return None if line is None else str(lines[line]).strip()
+
+
+def _wrapped(cluster, node, stream, lines):
+    """wrapped_messages of one journal, read once per diagnosis whatever the number of log rules."""
+    cache = cluster.__dict__.setdefault("_wrapped_messages", {})
+    if (node, stream) not in cache:
+        cache[(node, stream)] = wrapped_messages(lines)
+    return cache[(node, stream)]
 
 
 class _SafeValues(dict):
@@ -117,6 +170,8 @@ def diagnose(catalog, evidence):
         hits, kinds = _signature_hits(cluster, sig, cache)
         if hits:
             matched.append((order, sig, hits, kinds))
+    # Where no signature names the cause: the subsystem that raised the root exception (raise_site.py).
+    matched = raise_site.fallback_matches(cluster, matched, catalog.get("subsystems"))
     plan_values = _plan_values(cluster)
     findings = []
     for group in causality.causal_order(cluster, matched, _node_order(cluster)):

@@ -22,9 +22,12 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observatio
     reference_value,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_exec_start
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.traceback import last_exception
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.traceback import (
+    error_lines,
+    last_exception,
+    split_line,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import history as plan_history
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import vllm_logs
 
 
 def _units_param(params, default):
@@ -109,26 +112,30 @@ def _clip(text):
 
 
 def _last_error(lines, unit=None):
-    """(the last error as the finding quotes it, the traceback it comes from or None).
+    """(the error as the finding quotes it, the traceback it comes from or None).
 
-    With a traceback in the journal: the exception line of the last one, and
-    the root (the first traceback of the same failure) when it says something
-    else: "X (root: Y)" (parsers/traceback.py). Without one: vLLM's last error
-    line (verify/vllm_logs), or the last line that says Error, Exception or failed.
+    With a traceback in the journal: the root exception of the last failure
+    (the first traceback of it, parsers/traceback.py), its type and whole
+    message, then the last exception when it says something else: "ROOT
+    (reported last as: LAST)". Without one: the first error line that names its error (an
+    exception or errno line, NCCL WARN, c10d's E lines), else the first
+    ERROR line, else the last line that says Error, Exception or failed; never
+    a frame or a code line.
     """
     found = last_exception(lines)
     if found:
-        text = _clip(found["exception"])
         if found["root"]:
-            text += f" (root: {_clip(found['root'])})"
-        return text, found
-    if unit == VLLM_UNIT:
-        errors = vllm_logs.parse_log("\n".join(lines)).get("errors") or []
-        if errors:
-            return errors[-1]["line"], None
+            return f"{_clip(found['root_full'])} (reported last as: {_clip(found['full'])})", found
+        return _clip(found["full"]), found
+    errors = [item for item in error_lines(lines) if not item["in_traceback"]]
+    chosen = next((item for item in errors if item["strong"]), errors[0] if errors else None)
+    if chosen:
+        return _clip(chosen["text"]), None
     for line in reversed(lines):
-        text = line.strip()
-        if re.search(r"(Error|Exception|error:|FAILED|failed)", text) and not text.startswith("File "):
+        body = split_line(str(line))[3]
+        text = body.strip()
+        if (re.search(r"(Error|Exception|error:|FAILED|failed)", text) and not body[:1].isspace()
+                and not text.startswith(("File ", "Traceback"))):
             return text, None
     return None, None
 

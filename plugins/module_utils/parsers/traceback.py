@@ -54,6 +54,8 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text impo
 BURST_GAP = 50
 # Lines of an exception's message kept after its exception line in the context.
 MAX_CONTINUATION = 2
+# Lines read as one message (an exception's, or a log record's written over several lines).
+MAX_MESSAGE_LINES = 12
 
 _JOURNAL_PREFIXES = (
     # journalctl -o short: "Nov 30 03:04:05 node1 vllm[123]: "
@@ -83,6 +85,7 @@ _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 
 _TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+_FRAME_PARTS = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<function>\S.*?))?\s*$')
 _CARETS = re.compile(r"^\s*[\^~]+\s*$")
 # "ValueError: ...", "torch.OutOfMemoryError: ...", "ray.exceptions.RayTaskError(ValueError): ...", "KeyboardInterrupt"
 _EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:\([\w., ]*\))?)(?::(?P<message>(?:\s.*)?))?$")
@@ -157,6 +160,7 @@ def _read(items, pos):
         pos += 1
     header = frame = code = skipped = None
     framed = False
+    frames = []
     while pos < len(items):
         _, _, line_header, body = items[pos]
         if framed and line_header != header:
@@ -167,6 +171,10 @@ def _read(items, pos):
             if not framed:
                 header, framed = line_header, True
             frame, code = body.strip(), None
+            parts = _FRAME_PARTS.match(body)
+            if parts:
+                frames.append({"file": parts.group("file"), "line": int(parts.group("line")),
+                               "function": parts.group("function") or "?"})
             pos += 1
             continue
         if framed and body[:1].isspace() and body.strip():
@@ -189,23 +197,37 @@ def _read(items, pos):
         "start": start,
         "end": index,
         "context": [code or frame, body.strip()],
+        "frames": frames,
         "nested": False,
         "chained": None,
     }
     pos += 1
-    kept = 0
-    while pos < len(items) and kept < MAX_CONTINUATION:
-        index, _, line_header, body = items[pos]
-        text = body.strip()
-        if (line_header != header or not text or text == '"""' or text in _CHAIN or _TRACEBACK.match(body)
-                or _FRAME.match(body) or any(pattern.match(text) for pattern in _NOT_MESSAGE)):
+    continued = []  # (index, text) of the lines that go on with the message
+    while pos + len(continued) < len(items) and len(continued) < MAX_MESSAGE_LINES:
+        index, _, line_header, body = items[pos + len(continued)]
+        if not _continues_message(line_header, header, body):
+            break
+        continued.append((index, body.strip()))
+    kept = consumed = 0
+    for index, text in continued:
+        if kept == MAX_CONTINUATION:
             break
         if not _RULE.match(text):
             record["context"].append(text)
             kept += 1
         record["end"] = index
-        pos += 1
+        consumed += 1
+    record["full_message"] = " ".join(
+        [record["message"], *(text for _, text in continued if not _RULE.match(text))]).strip()
+    pos += consumed
     return record, pos
+
+
+def _continues_message(line_header, header, body):
+    """Whether a line after an exception line goes on with its message (same log record, not a new start)."""
+    text = body.strip()
+    return not (line_header != header or not text or text == '"""' or text in _CHAIN or _TRACEBACK.match(body)
+                or _FRAME.match(body) or any(pattern.match(text) for pattern in _NOT_MESSAGE))
 
 
 def _stream_tracebacks(items):
@@ -316,9 +338,10 @@ def parse_tracebacks(lines):
 def last_exception(lines):
     """The exception line of the last traceback in the lines and the root of its failure; None without one.
 
-    Returns {exception, process, context, root, root_process, root_context}:
+    Returns {exception, process, context, root, root_process, root_context, full, root_full}:
     root is the exception line of the first traceback of the same failure, None
-    when that is the last one or says the same.
+    when that is the last one or says the same; full and root_full: the type and
+    the whole message of each (a message wrapped over several lines, joined).
     """
     records = parse_tracebacks(lines)
     if not records:
@@ -333,4 +356,150 @@ def last_exception(lines):
         "root": root["exception"] if differs else None,
         "root_process": root["process"] if differs else None,
         "root_context": root["context"] if differs else None,
+        "full": _full(last),
+        "root_full": _full(root) if differs else None,
     }
+
+
+def _full(record):
+    return f"{record['type']}: {record['full_message']}" if record["full_message"] else record["type"]
+
+
+# An exception line on its own (logged without its traceback, or the traceback cut off), after an unknown
+# log prefix ending "] " if any: a name ending Error/Exception/..., or a dotted module path and a class name.
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[^\s\]]*(?: [^\s\]]+){0,6}\] )?[`>|\s]*(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Failure|Exit)"
+    r"|(?:[a-z_]\w*\.)+[A-Z]\w*)(?:\([\w., ]*\))?: (?P<message>\S.*)$")
+# Error lines of programs that print no Python traceback: NCCL, c10d (torch's C++ log), errno lines.
+_NCCL_WARN = re.compile(r"\bNCCL WARN\b")
+# "[E616 02:08:15.931416442 socket.cpp:1023]", "[E ProcessGroupNCCL.cpp:563]"
+_C10D = re.compile(r"\[[EF](?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)?)? ?[\w./-]+\.(?:cpp|cc|cu|h):\d+\]")
+_C10D_ANY_LEVEL = re.compile(r"\[[IWEF](?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)?)? ?[\w./-]+\.(?:cpp|cc|cu|h):\d+\]")
+_GLOG_ERROR = re.compile(r"^[EF]\d{4} ")
+_ERRNO_LINE = re.compile(r"\[Errno -?\d+\]")
+# Ray's C++ core at level E or F: "[2025-06-13 01:49:41,730 E 1 1] gcs_rpc_client.h:179: ..."
+_RAY_CPP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EF] \d+ \d+\] ")
+# A command's own error: argparse's "api_server.py: error: unrecognized arguments", "nvidia-container-cli:
+# requirement error: ...", "docker: Error response from daemon: ..."
+# A Python warning: "/usr/lib/python3.12/site-packages/huggingface_hub/file_download.py:798: UserWarning: ..."
+# (not a deprecation: that one says nothing about the failure)
+_PY_WARNING = re.compile(
+    r"^(?P<file>\S+\.py):(?P<line>\d+): (?P<type>(?!Future|Deprecation|PendingDeprecation)\w*Warning): \S")
+_TOOL_ERROR = re.compile(r"^[\w./@-]+: (?:[\w-]+ )?[Ee]rror\b")
+_LOGGED_ERROR = re.compile(r"^(?:ERROR|CRITICAL)\b|\s(?:ERROR|CRITICAL)\s")
+
+
+def _error_kind(header, body):
+    """(kind, strong, exception type) of a line that reports an error, or None."""
+    text = body.strip()
+    match = _EXCEPTION_LINE.match(text)
+    if match:
+        return "exception", True, match.group("type")
+    if _NCCL_WARN.search(text):
+        return "NCCL WARN", True, None
+    if _C10D.search(text):
+        return "c10d", True, None
+    if header and _GLOG_ERROR.match(header):
+        return "c10d", True, None
+    if _ERRNO_LINE.search(text):
+        return "errno", True, None
+    if _RAY_CPP.match(text):
+        return "Ray error", True, None
+    if not header and _TOOL_ERROR.match(text):
+        return "command error", True, None
+    if _PY_WARNING.match(text):
+        return "Python warning", False, _PY_WARNING.match(text).group("type")
+    if header and _LOGGED_ERROR.search(header) and text and not (
+            _TRACEBACK.match(body) or _FRAME.match(body) or body[:1].isspace() or _CARETS.match(body)):
+        return "logged error", False, None
+    return None
+
+
+def _continues(first, item):
+    """Whether a line goes on with the message of the line ``first`` (both of one process): a log record's
+    later lines carry its header again (vLLM's formatter) or, for a line without one, no header."""
+    _, _, header, body = item
+    text = body.strip()
+    if (not text or text in _CHAIN or _TRACEBACK.match(body) or _FRAME.match(body) or _EXCEPTION_LINE.match(text)
+            or _NCCL_WARN.search(text) or _C10D_ANY_LEVEL.search(text) or _RAY_CPP.match(text) or any(p.match(text) for p in _NOT_MESSAGE)):
+        return False
+    if header != first[2]:
+        return False
+    if header is None:
+        # Without a header only an exception's message goes on over several lines.
+        return bool(_EXCEPTION_LINE.match(first[3].strip()))
+    return True
+
+
+def wrapped_messages(lines):
+    """Messages written over several lines, joined: [{start, end, lines, text, body}].
+
+    start, end, lines: the indexes of the first, the last and every line of the message (another process's
+    lines may stand between them); text: the first line as written, then the rest of each later line; body:
+    the same without the first line's prefixes.
+
+    A log record whose message holds newlines (vLLM repeats its header on each line) or an exception line
+    whose message goes on below it. Lines inside a traceback's frames are never joined.
+    """
+    lines = list(lines or [])
+    found = []
+    for items in _streams(lines).values():
+        pos = 0
+        while pos < len(items):
+            first = items[pos]
+            body = first[3]
+            if not body.strip() or _TRACEBACK.match(body) or _FRAME.match(body) or body[:1].isspace():
+                pos += 1
+                continue
+            end = pos
+            while end + 1 < len(items) and end - pos < MAX_MESSAGE_LINES and _continues(first, items[end + 1]):
+                end += 1
+            if end > pos:
+                rest = [items[k][3].strip() for k in range(pos + 1, end + 1)]
+                found.append({"start": first[0], "end": items[end][0], "lines": [items[k][0] for k in range(pos, end + 1)],
+                              "text": " ".join([lines[first[0]].strip(), *rest]),
+                              "body": " ".join([body.strip(), *rest])})
+            pos = end + 1
+    return sorted(found, key=lambda item: item["start"])
+
+
+def error_lines(lines):
+    """Every line that reports an error, in order: [{line, end, text, process, kind, type, strong, in_traceback}].
+
+    kind: "exception" (an exception line), "NCCL WARN", "c10d" (torch's C++ log at level E or F), "errno"
+    (an ``[Errno N]``), "Ray error" (Ray's C++ log at level E or F), "command error" (``prog: error: ...``),
+    "logged error" (a log record at ERROR or CRITICAL), "Python warning" (``file.py:N: XWarning: ...``);
+    strong: every kind but the last two; type: the exception's (or warning's) type; text: the message without
+    its prefixes, joined over the lines it was wrapped on (end: its last line); frames: the warning's file and
+    line as a frame, else []; in_traceback: the line belongs to a parsed traceback.
+    """
+    lines = list(lines or [])
+    covered = set()
+    for record in parse_tracebacks(lines):
+        covered.update(range(record["start"], record["end"] + 1))
+    wrapped = {item["start"]: item for item in wrapped_messages(lines)}
+    found = []
+    for index, line in enumerate(lines):
+        process, _, header, body = split_line(str(line))
+        kind = _error_kind(header, body)
+        if kind is None:
+            continue
+        text, end = body.strip(), index
+        if index in wrapped:
+            end, text = wrapped[index]["end"], wrapped[index]["body"]
+        if kind[0] == "exception":
+            text = text[_EXCEPTION_LINE.match(text).start("type"):]
+        warning = _PY_WARNING.match(body.strip()) if kind[0] == "Python warning" else None
+        frames = ([{"file": warning.group("file"), "line": int(warning.group("line")), "function": "warnings.warn"}]
+                  if warning else [])
+        found.append({"line": index, "end": end, "text": text, "process": process, "kind": kind[0],
+                      "strong": kind[1], "type": kind[2], "frames": frames, "in_traceback": index in covered})
+    return found
+
+
+def last_failure(lines):
+    """The tracebacks of the last failure in the lines, root (innermost) first; [] without one."""
+    records = parse_tracebacks(lines)
+    if not records:
+        return []
+    return [record for record in records if record["failure"] == records[-1]["failure"]]
