@@ -83,6 +83,16 @@ options:
     description: At most this many journal entries are read per unit.
     type: int
     default: 4000
+  startup_profile:
+    description:
+      - The bounds of vLLM's start-up phases the controller judges a stalled start by (C(gpu) or C(lab)); empty,
+        the plan's device decides. Returned as C(expected.startup_profile).
+    type: str
+    default: ""
+  startup_bounds:
+    description: Per start-up phase, seconds that replace the profile's bound; returned as C(expected.startup_bounds).
+    type: dict
+    default: {}
   timeout:
     description: Seconds each command may take.
     type: int
@@ -165,6 +175,12 @@ evidence:
     journal:
       description: Journal lines per unit, since the unit's last start (its current invocation).
       type: dict
+    journal_times:
+      description: Per unit, the journal's timestamp of each line of C(journal) (seconds since the epoch).
+      type: dict
+    gathered_at:
+      description: When the journals were read (seconds since the epoch), to tell how long a start-up phase lasted.
+      type: float
     unit_pids:
       description: Process ids in each unit's control group.
       type: dict
@@ -244,7 +260,9 @@ evidence:
         without a file or without O(api_key_sha256)); never the key or its digest.
       type: dict
     expected:
-      description: What the controller compares with (limits, mtu), as O(expected_limits) and O(expected_mtu) gave it.
+      description: >-
+        What the controller compares with (limits, mtu, startup_profile, startup_bounds), as O(expected_limits),
+        O(expected_mtu), O(startup_profile) and O(startup_bounds) gave it.
       type: dict
     errors:
       description: Commands that failed, with their message.
@@ -275,7 +293,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd i
     parse_env_file,
     parse_exec_start,
     parse_systemctl_show,
-    select_invocation,
+    select_invocation_entries,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import flag_value  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.history import plan_summary  # noqa: E402
@@ -303,6 +321,7 @@ class Gatherer:
         self.errors = []
         self.timeout_bin = module.get_bin_path("timeout")
         self.route_details = {}
+        self.journal_times = {}
 
     def run(self, argv, what=None):
         """Run one read-only command, bounded; None (and an error entry) when it fails."""
@@ -352,7 +371,9 @@ class Gatherer:
                 entries.append(json.loads(line))
             except ValueError:
                 continue
-        return select_invocation(entries, invocation)
+        selected = select_invocation_entries(entries, invocation)
+        self.journal_times[name] = [when for _, when in selected]
+        return [line for line, _ in selected]
 
     def unit_pids(self, info):
         """Processes in the unit's control group (cgroup v2, or v1's systemd hierarchy)."""
@@ -724,6 +745,7 @@ class Gatherer:
             for name, info in units.items()
             if info.get("LoadState") not in (None, "", "not-found")
         }
+        gathered_at = time.time()
         ss = self.run(["ss", "-Hltnp"])
         probes = list(self.params["probes"]) + self.derived_probes(units)
         interfaces = parse_ip_addr_json(self.run(["ip", "-j", "addr"]) or "[]")
@@ -736,6 +758,8 @@ class Gatherer:
             "hostname": socket.gethostname(),
             "units": units,
             "journal": journal,
+            "journal_times": {name: self.journal_times.get(self.actual(name), []) for name in journal},
+            "gathered_at": gathered_at,
             "unit_pids": unit_pids,
             "listening": parse_ss_listening(ss) if ss is not None else [],
             "env_files": env_files,
@@ -764,6 +788,8 @@ class Gatherer:
             "limits": {unit: {key: str(value) for key, value in (limits or {}).items()}
                        for unit, limits in (self.params["expected_limits"] or {}).items()},
             "mtu": self.params.get("expected_mtu"),
+            "startup_profile": self.params["startup_profile"],
+            "startup_bounds": self.params["startup_bounds"],
         }
         evidence["vllm_unit"] = self.params["vllm_unit"]
         evidence["errors"] = self.errors
@@ -1067,6 +1093,8 @@ def main():
             "plan_dir": {"type": "path", "default": "/etc/vllm-cluster"},
             "vllm_unit": {"type": "str", "default": "vllm.service"},
             "journal_lines": {"type": "int", "default": 4000},
+            "startup_profile": {"type": "str", "default": ""},
+            "startup_bounds": {"type": "dict", "default": {}},
             "timeout": {"type": "int", "default": 30},
             "probe_timeout": {"type": "float", "default": 3.0},
             "redact": {"type": "str", "default": "(?i)(token|secret|password|passwd|key)"},

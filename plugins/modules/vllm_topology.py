@@ -143,6 +143,11 @@ ansible_facts:
           process name per worker pid), C(engines) (KV tokens, max concurrency per engine),
           C(dp_leaders), C(headless), C(expert_parallel), C(kv_memory), C(weights), C(server_url),
           C(configured) (sizes from C(non-default args)), C(errors), C(version), C(lines).
+        - C(startup_phase) - where vLLM's start-up got to (C(plugins/module_utils/parsers/vllm_phases.py), the
+          doctor's reader) - C(phase) (the last phase reached by the least advanced rank, or before any rank the
+          furthest process), C(finished), C(current) (the phase it is in now), C(title), C(line) (the journal line
+          that showed it), C(since) (that line's journal time, UTC), C(text), C(complete), C(furthest) and
+          C(processes) (each process and rank with its phase); null before vLLM's first phase line.
         - Plus C(unit) (load/active/sub state, invocation id, main pid, restarts), C(waited_s),
           C(ready) (whether the wait ended because everything expected was there), C(journal_tail),
           C(earlier_starts) (starts systemd replaced while waiting, with their errors),
@@ -172,10 +177,12 @@ topology:
   type: dict
 """
 
+import json  # noqa: E402
 import socket  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers import vllm_phases  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import (
     topology_check,  # noqa: E402
     vllm_logs,  # noqa: E402
@@ -214,6 +221,52 @@ def read_journal(module, invocation_id):
     if rc != 0:
         module.fail_json(msg=f"host {socket.gethostname()}: '{' '.join(argv)}' exited with {rc}: {err.strip()}")
     return out
+
+
+def read_journal_entries(module, invocation_id):
+    """(lines, journal times in seconds) of one invocation, from ``journalctl -o json``; ([], []) when unreadable."""
+    if not invocation_id:
+        return [], []
+    journalctl = module.get_bin_path("journalctl", required=True)
+    argv = [journalctl, f"_SYSTEMD_INVOCATION_ID={invocation_id}", "--output=json", "--no-pager", "--quiet"]
+    rc, out, _ = module.run_command(argv, check_rc=False, environ_update={"LC_ALL": "C.UTF-8"})
+    lines, times = [], []
+    if rc != 0:
+        return lines, times
+    for record in out.splitlines():
+        try:
+            entry = json.loads(record)
+        except ValueError:
+            continue
+        message = entry.get("MESSAGE")
+        if isinstance(message, list):  # journald keeps a message that is not UTF-8 as bytes
+            message = bytes(value for value in message if isinstance(value, int)).decode("utf-8", "replace")
+        if message is None:
+            continue
+        try:
+            when = int(entry.get("__REALTIME_TIMESTAMP")) / 1e6
+        except (TypeError, ValueError):
+            when = None
+        for part in str(message).splitlines() or [""]:
+            lines.append(part)
+            times.append(when)
+    return lines, times
+
+
+def startup_phase(lines, times=None):
+    """Where the start-up got to, as the doctor reads it (vllm_phases); None before vLLM's first phase line."""
+    report = vllm_phases.read_phases(lines, times)
+    entry = report["current"]
+    if entry is None:
+        return None
+    return {
+        "phase": entry["phase"], "finished": entry["finished"], "current": entry["current"],
+        "title": vllm_phases.phase(entry["current"])["title"], "line": entry["line"], "since": entry["time"],
+        "text": vllm_phases.describe(entry), "complete": report["complete"],
+        "furthest": vllm_phases.describe(report["furthest"]),
+        "processes": [{key: item[key] for key in ("process", "rank", "phase", "finished", "current", "time", "line")}
+                      for item in report["processes"]],
+    }
 
 
 def complete(topology, targets):
@@ -273,6 +326,8 @@ def collect(module):
     topology["waited_s"] = round(time.monotonic() - started, 1)
     topology["expected_here"] = targets
     topology["journal_tail"] = text.splitlines()[-params["tail"]:] if params["tail"] > 0 else []
+    lines, times = read_journal_entries(module, unit["invocation_id"])
+    topology["startup_phase"] = startup_phase(lines, times) if lines else startup_phase(text.splitlines())
     ray = params["ray"] or {}
     if ray.get("enabled"):
         topology.update(read_ray(module, ray))

@@ -102,6 +102,8 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
         "service_user_access": {"user", "path", "need", "denied", "remedy", "check"},
         "disk_low": {"path", "free_gib", "free_inodes", "min_free_gib"}, "api_key_differs": {"path", "problem"},
         "address_missing": {"address", "interface", "cidr", "current"},
+        # vLLM's start-up phases (test_doctor_startup.py checks the values the hits carry)
+        "startup_stalled": {"phase", "phase_title", "stall", "phase_checks", "since"},
         # What Prometheus knows (issue 19, item 5; test_doctor_metrics.py checks these are the values the hits carry)
         "kv_saturated": {"replica", "moments", "kv_pct", "waiting", "lookback", "kv_full_pct", "url"},
         "alert_firing": {"alertname", "severity", "summary", "url"}, "metrics_unreadable": {"url", "error"},

@@ -215,6 +215,8 @@ def diagnose(catalog, evidence):
             }
         )
     _name_the_vllm_unit(findings, (cluster.plan.get("service") or {}).get("unit"))
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.startup import phase_rows
+
     faults = [f for f in findings if f["severity"] == "fault"]
     return {
         "faults": len(faults),
@@ -228,6 +230,7 @@ def diagnose(catalog, evidence):
         "signatures_checked": len(catalog["signatures"]),
         "last_change": last_change(cluster),
         "router_view": router_view.planned_rows(cluster.plan, cluster.routers),
+        "startup_phases": phase_rows(cluster),
     }
 
 

@@ -73,6 +73,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observatio
     obs_router_worker_missing,
     obs_router_worker_unhealthy,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.startup import obs_startup_stalled
 
 OBSERVATIONS = {
     "node_unreachable": obs_node_unreachable,
@@ -122,4 +123,6 @@ OBSERVATIONS = {
     "router_unreachable": obs_router_unreachable,
     "router_worker_missing": obs_router_worker_missing,
     "router_worker_unhealthy": obs_router_worker_unhealthy,
+    # The start-up phase each rank reached (startup.py)
+    "startup_stalled": obs_startup_stalled,
 }

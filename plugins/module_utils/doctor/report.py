@@ -52,6 +52,19 @@ def _router_lines(report):
         else f"  {r[0]}: no answer: {r[5]}" for r in rows]
 
 
+def startup_lines(report):
+    """Each rank's start-up phase (node, process: phase since when), then the furthest and the least advanced."""
+    phases = report.get("startup_phases") or {}
+    if not phases.get("rows"):
+        return []
+    state = "the API server came up" if phases.get("complete") else "the API server has not come up"
+    lines = [f"Start-up phases ({state}; node, process: the phase reached and since when):"]
+    lines += [f"  {row['node']}: {row['text']}" for row in phases["rows"]]
+    lines.append(f"  furthest: {phases['furthest']}")
+    lines.append(f"  least advanced: {phases['least']}")
+    return lines
+
+
 def _plan_lines(report):
     """Where the plan came from (the nodes' plan.json or the inventory) and how the inventory's differs."""
     source = report.get("plan_source") or {}
@@ -105,6 +118,9 @@ def render_report(report, evidence_lines=MAX_EVIDENCE_PER_FINDING):
         changed = ["", "What the last deploy changed (each node's plan.previous.json against its plan.json):"] + [
             "  " + line for line in changed]
     changed = _router_lines(report) + changed
+    started = startup_lines(report)
+    if started:
+        changed = ["", *started] + changed
     if not report["findings"]:
         lines.append("No fault found: every signature was checked against every node's units, journals, ports, "
                      "env files, NICs, Ray state and facts.")
@@ -145,6 +161,9 @@ def render_markdown(report):
         changed = ["", "## What the last deploy changed", "",
                    "Each node's `plan.previous.json` against its `plan.json` (kept by vllm_service):", "", "```",
                    *changed, "```"]
+    started = startup_lines(report)
+    if started:
+        changed = ["", "## Start-up phases", "", "```", *started, "```"] + changed
     routed = router_view_rows(report)
     if routed:
         changed = ["", "## The router's view", "", "Each router host's `/list_workers`, `/workers` and metrics, read on "

@@ -88,6 +88,23 @@ def _message_text(entry):
 def select_invocation(entries, invocation_id, ready_patterns=READY_PATTERNS):
     """Journal lines of a unit "since its last start", from ``journalctl -u UNIT -o json`` records.
 
+    The lines of ``select_invocation_entries``, without their times.
+    """
+    return [line for line, _ in select_invocation_entries(entries, invocation_id, ready_patterns)]
+
+
+def _realtime(entry):
+    """The entry's journal timestamp (``__REALTIME_TIMESTAMP``, microseconds) in seconds; None without one."""
+    value = entry.get("__REALTIME_TIMESTAMP")
+    try:
+        return int(value) / 1e6
+    except (TypeError, ValueError):
+        return None
+
+
+def select_invocation_entries(entries, invocation_id, ready_patterns=READY_PATTERNS):
+    """(line, journal time in seconds or None) of a unit "since its last start", from ``journalctl -o json``.
+
     Entries written by the unit's processes carry ``_SYSTEMD_INVOCATION_ID``,
     systemd's own lines about the unit ``INVOCATION_ID``; systemd also writes
     "Scheduled restart job" with the id of the attempt that failed. The last
@@ -111,20 +128,21 @@ def select_invocation(entries, invocation_id, ready_patterns=READY_PATTERNS):
             lines[invocation] = []
         if _RESTART_SCHEDULED in message and entry.get("INVOCATION_ID"):
             restarted.add(invocation)
+        when = _realtime(entry)
         for part in message.splitlines() or [""]:
-            lines[invocation].append(strip_ansi(part))
+            lines[invocation].append((strip_ansi(part), when))
     if invocation_id not in lines:
         return []
     ready = [re.compile(pattern) for pattern in ready_patterns]
     chosen = [invocation_id]
     index = order.index(invocation_id)
     current = lines[invocation_id]
-    got_far = any(r.search(line) for r in ready for line in current)
-    failed_itself = any(_ERRORISH.search(line) for line in current)
+    got_far = any(r.search(line) for r in ready for line, _ in current)
+    failed_itself = any(_ERRORISH.search(line) for line, _ in current)
     if not got_far and not failed_itself:
         while index > 0 and order[index - 1] in restarted:
             index -= 1
             chosen.insert(0, order[index])
-            if any(_ERRORISH.search(line) for line in lines[order[index]]):
+            if any(_ERRORISH.search(line) for line, _ in lines[order[index]]):
                 break
-    return [line for invocation in chosen for line in lines[invocation]]
+    return [item for invocation in chosen for item in lines[invocation]]
