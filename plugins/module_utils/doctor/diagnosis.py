@@ -22,6 +22,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence i
     make_hit,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations import OBSERVATIONS
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_ray import ray_log_files
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import history as plan_history
 
 
@@ -33,6 +34,9 @@ def _log_streams(node, sources):
         units.extend(RAY_UNITS)
     for unit in units:
         yield unit, node.journal(unit)
+    if "any" in sources or "ray" in sources:
+        for name, lines in ray_log_files(node).items():
+            yield f"ray log {name}", lines
     if "any" in sources:
         yield from (node.gather.get("extra_logs") or {}).items()
 
@@ -54,8 +58,11 @@ def _match_log(cluster, log):
                 if log.get("after"):
                     following = [text.strip() for text in lines[index + 1: index + 1 + log["after"]] if text.strip()]
                     quoted = " | ".join([quoted, *following])
+                    # a pattern may capture what the following lines say (the versions under "Version mismatch")
+                    match = log["regex"].search(quoted) or match
                 values = {k: v for k, v in match.groupdict().items() if v is not None}
-                hits.append(make_hit(node, f"journal {stream}", quoted, **values))
+                source = stream if stream.startswith("ray log ") else f"journal {stream}"
+                hits.append(make_hit(node, source, quoted, **values))
     return hits
 
 

@@ -409,5 +409,5 @@ def obs_gpu_count_below_plan(cluster, params):
         count = node.gpu.get("count")
         if node.gpu and count is not None and needed and count < needed:
             hits.append(make_hit(node, "nvidia-smi", f"{node.name} shows {count} GPU(s); the plan places {needed} ranks there",
-                                 count=count, needed=needed))
+                                 count=count, needed=needed, visible=count))
     return hits

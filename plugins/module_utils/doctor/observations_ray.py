@@ -1,0 +1,226 @@
+"""Ray's own start-up failures, read from Ray's session logs and the Ray units' journals.
+
+``doctor_gather`` keeps the tail of each session log of a node (``ray_logs``: file name -> lines); the
+Ray units' journals hold what ``ray start`` printed. ``parsers.ray_logs.failures`` finds the failures in
+those lines; the observations here turn them into hits with the values the log quotes (the port, the
+GCS address, the versions, the node IP) and name what the plan calls them. A pasted log gets the same
+findings: put its lines in a node's ``ray_logs`` (``log_evidence``) or a Ray unit's journal.
+
+Pure Python 3.11, no Ansible import.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
+    RAY_UNITS,
+    VLLM_UNIT,
+    make_hit,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers import ray_logs
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text import flag_value
+
+# What a component's port is called, for a port the plan does not name.
+_COMPONENT_PORTS = {
+    "raylet": "the raylet's node manager or object manager port (--node-manager-port, --object-manager-port)",
+    "raylet or GCS": "a port of the raylet or the GCS (--port, --node-manager-port, --object-manager-port)",
+    "gcs_server": "the GCS port (--port)",
+    "dashboard": "the dashboard port (--dashboard-port)",
+}
+# The ray start flag of each port the plan names.
+_PORT_FLAGS = {
+    "ray_gcs": "--port", "ray_dashboard": "--dashboard-port", "ray_client": "--ray-client-server-port",
+    "ray_node_manager": "--node-manager-port", "ray_object_manager": "--object-manager-port",
+    "ray_runtime_env_agent": "--runtime-env-agent-port", "ray_dashboard_agent_grpc": "--dashboard-agent-grpc-port",
+    "ray_dashboard_agent_listen": "--dashboard-agent-listen-port", "ray_metrics_export": "--metrics-export-port",
+}
+
+
+def log_evidence(lines, name="pasted.log"):
+    """The ``ray_logs`` evidence of one node for a log that was pasted or saved: {name: lines}."""
+    return {"files": {name: {"lines": [ray_logs.clean(line) for line in lines]}}}
+
+
+def ray_log_files(node):
+    """{file name: lines} of the node's Ray session logs ({} when none were read)."""
+    files = (node.gather.get("ray_logs") or {}).get("files") or {}
+    return {name: list(info.get("lines") or []) for name, info in files.items() if isinstance(info, dict)}
+
+
+def _streams(node):
+    """(source, file name, lines): the Ray units' journals, the vLLM journal (the driver of vLLM on Ray
+    prints Ray's connection errors too) and Ray's session logs."""
+    for unit in RAY_UNITS:
+        lines = node.journal(unit)
+        if lines:
+            yield f"journal {unit}", None, lines
+    lines = node.journal(VLLM_UNIT)
+    if lines:
+        yield f"journal {VLLM_UNIT}", None, lines
+    for name, lines in ray_log_files(node).items():
+        yield f"ray log {name}", name, lines
+
+
+def node_failures(node):
+    """[(source, failure)] of every Ray start-up failure the node's logs show."""
+    found = []
+    for source, name, lines in _streams(node):
+        found.extend((source, failure) for failure in ray_logs.failures(lines, name))
+    return found
+
+
+def _ray_unit(node):
+    for unit in RAY_UNITS:
+        if node.installed(unit) or node.journal(unit):
+            return unit
+    return None
+
+
+def _alive_in_head(cluster, node):
+    """Whether the head's node list shows this node's Ray ALIVE (a retry that later joined is no failure)."""
+    head = cluster.head
+    address = flag_value(cluster.ray_argv(node), "--node-ip-address") or node.plan.get("address")
+    listed = ((head.gather.get("ray") or {}).get("nodes") or []) if head is not None else []
+    return bool(address) and any(n.get("node_ip") == address and n.get("state") == "ALIVE" for n in listed)
+
+
+def _port_names(cluster, node):
+    """{port: plan name} of the ports the deployment gives Ray on this node."""
+    names = {}
+    for name, port in cluster.ports_for(node).items():
+        if name.startswith("ray"):
+            names.setdefault(int(port), name)
+    return names
+
+
+def _holder(node, port):
+    """Who listens on the port now, from the node's `ss` (processes outside the deployment's units first)."""
+    own = node.deployment_pids
+    for sock in node.gather.get("listening") or []:
+        if sock.get("port") != port:
+            continue
+        processes = sorted(sock.get("processes") or [], key=lambda p: p.get("pid") in own)
+        if processes:
+            process = processes[0]
+            owner = "a process of the deployment" if process.get("pid") in own else "no unit of the deployment"
+            return f"{process.get('name')} (pid {process.get('pid')}, {owner})"
+    return None
+
+
+def obs_ray_port_in_use(cluster, params):
+    """A Ray component could not bind its port: the port from the log, named as the plan names it."""
+    hits = []
+    for node in cluster.reachable_nodes():
+        names = _port_names(cluster, node)
+        for source, failure in node_failures(node):
+            # vLLM's own ports (its API server, torch's TCPStore) are port_in_use's
+            if failure["kind"] != "port_in_use" or source == f"journal {VLLM_UNIT}":
+                continue
+            values = failure["values"]
+            port = int(values["port"])
+            component = values.get("component") or "ray"
+            plan_name = names.get(port)
+            flag = _PORT_FLAGS.get(plan_name)
+            port_name = (f"{plan_name} ({flag})" if plan_name and flag else plan_name
+                         or _COMPONENT_PORTS.get(component) or f"a port of Ray's {component}")
+            holder = _holder(node, port)
+            hits.append(make_hit(
+                node, source, failure["line"], port=port, component=component, port_name=port_name,
+                unit=_ray_unit(node) or "the Ray unit",
+                holder=holder or "another process (gone by now, or not visible to ss)",
+            ))
+    return _first_per(hits, ("node", "port"))
+
+
+def obs_ray_gcs_unreachable(cluster, params):
+    """A Ray node could not reach its GCS or register with it: the address from the log, else the unit's
+    --address, else the plan's head and GCS port."""
+    hits = []
+    head = cluster.head
+    for node in cluster.reachable_nodes():
+        argv = cluster.ray_argv(node)
+        joined = flag_value(argv, "--address") or ""
+        own = flag_value(argv, "--node-ip-address")
+        if _alive_in_head(cluster, node):
+            continue
+        failures = node_failures(node)
+        # the node IP Ray printed ("Local node IP"): a GCS at that address is the node's own
+        own_ips = {own} | {f["values"].get("address") for _, f in failures if f["kind"] == "local_ip"}
+        for source, failure in failures:
+            if failure["kind"] != "gcs_unreachable":
+                continue
+            values = dict(failure["values"])
+            if not values.get("address") and ":" in joined:
+                values["address"], _, values["port"] = joined.rpartition(":")
+            if not values.get("address") and head is not None and (cluster.plan.get("ports") or {}).get("ray_gcs"):
+                values["address"] = head.plan.get("address") or values.get("address")
+                values["port"] = cluster.plan["ports"]["ray_gcs"]
+            values.setdefault("address", "the head's GCS address")
+            values.setdefault("port", "its GCS port")
+            is_head = "--head" in argv or (not joined and node is head)
+            values["whose"] = ("its own GCS (this node is the head)" if is_head or values["address"] in own_ips
+                               else "the head's GCS")
+            hits.append(make_hit(node, source, failure["line"], unit=_ray_unit(node) or "the Ray unit",
+                                 **{key: str(value) for key, value in values.items()}))
+    return _first_per(hits, ("node",))
+
+
+def obs_ray_log_version_mismatch(cluster, params):
+    """Ray refused a node for its Ray or Python version: the versions as Ray printed them."""
+    hits = []
+    for node in cluster.reachable_nodes():
+        for source, failure in node_failures(node):
+            if failure["kind"] != "version_mismatch":
+                continue
+            values = failure["values"]
+            if not values.get("node_ray"):
+                continue
+            cluster_side = f"Ray {values['cluster_ray']}, Python {values['cluster_python']}"
+            node_side = f"Ray {values['node_ray']}, Python {values['node_python']}"
+            differs = "Ray" if values["cluster_ray"] != values["node_ray"] else "Python"
+            if differs == "Python" and values["cluster_python"].split(".")[:2] == values["node_python"].split(".")[:2]:
+                differs = "Python (patch)"
+            hits.append(make_hit(
+                node, source, failure["line"],
+                package=differs.split()[0],
+                version=values["node_ray"] if differs == "Ray" else values["node_python"],
+                expected=values["cluster_ray"] if differs == "Ray" else values["cluster_python"],
+                versions=f"the cluster runs {cluster_side}, {values['address']} {node_side}",
+                address=values["address"],
+            ))
+    return _first_per(hits, ("node",))
+
+
+def obs_ray_node_ip_wrong(cluster, params):
+    """Ray runs a node under an address that is not the node's: Ray says no raylet matches the node's IP, or
+    the node IP Ray took (its --node-ip-address, or the "Local node IP" it printed) is on none of the node's
+    interfaces (judged only where the interfaces were read)."""
+    hits = []
+    for node in cluster.reachable_nodes():
+        local = {address for address in node.local_addresses() if address}
+        argv = cluster.ray_argv(node)
+        configured = flag_value(argv, "--node-ip-address")
+        unit = _ray_unit(node) or "the Ray unit"
+        for source, failure in node_failures(node):
+            address = failure["values"].get("address")
+            if failure["kind"] == "node_ip_unmatched":
+                hits.append(make_hit(node, source, failure["line"], address=address, unit=unit,
+                                     addresses=", ".join(sorted(local)) or "not read",
+                                     why="no raylet of the cluster registered with it"))
+            elif failure["kind"] == "local_ip" and local and address not in local and not address.startswith("127."):
+                hits.append(make_hit(node, source, failure["line"], address=address, unit=unit,
+                                     addresses=", ".join(sorted(local)), why="no interface of the node has it"))
+        if configured and local and configured not in local and not configured.startswith("127."):
+            hits.append(make_hit(node, "systemctl", f"{unit} runs --node-ip-address {configured}; {node.name}'s "
+                                 f"addresses: {', '.join(sorted(local))}", address=configured, unit=unit,
+                                 addresses=", ".join(sorted(local)), why="no interface of the node has it"))
+    return _first_per(hits, ("node", "address"))
+
+
+def _first_per(hits, keys):
+    """One hit per node (and value) stays the finding's value; the other lines are kept as evidence after it."""
+    firsts, rest, seen = [], [], set()
+    for hit in hits:
+        key = tuple(hit["node"] if k == "node" else hit["values"].get(k) for k in keys)
+        (rest if key in seen else firsts).append(hit)
+        seen.add(key)
+    return firsts + rest
