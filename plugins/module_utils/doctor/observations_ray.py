@@ -143,8 +143,9 @@ def obs_ray_gcs_unreachable(cluster, params):
         if _alive_in_head(cluster, node):
             continue
         failures = node_failures(node)
-        # the node IP Ray printed ("Local node IP"): a GCS at that address is the node's own
-        own_ips = {own} | {f["values"].get("address") for _, f in failures if f["kind"] == "local_ip"}
+        # the node's own address: its unit's --node-ip-address, else (a log without its unit) the "Local node IP"
+        # Ray printed; a GCS at that address is the node's own
+        own_ips = {own} if argv else {f["values"].get("address") for _, f in failures if f["kind"] == "local_ip"}
         for source, failure in failures:
             if failure["kind"] != "gcs_unreachable":
                 continue
@@ -156,8 +157,7 @@ def obs_ray_gcs_unreachable(cluster, params):
                 values["port"] = cluster.plan["ports"]["ray_gcs"]
             values.setdefault("address", "the head's GCS address")
             values.setdefault("port", "its GCS port")
-            is_head = "--head" in argv or (not joined and node is head)
-            values["whose"] = ("its own GCS (this node is the head)" if is_head or values["address"] in own_ips
+            values["whose"] = ("its own GCS (this node is the head)" if "--head" in argv or values["address"] in own_ips
                                else "the head's GCS")
             hits.append(make_hit(node, source, failure["line"], unit=_ray_unit(node) or "the Ray unit",
                                  **{key: str(value) for key, value in values.items()}))
