@@ -317,3 +317,24 @@ def test_gather_reads_the_current_sessions_logs_from_the_units_temp_dir(tmp_path
     assert sorted(p.name for p in session.iterdir()) == before
     # a node without a Ray unit reads nothing
     assert doctor_gather.Gatherer(_Module()).ray_logs({"vllm.service": {"LoadState": "loaded"}}) == {}
+
+
+def test_a_saved_evidence_file_replays_the_ray_logs():
+    """doctor-evidence.json keeps each node's gather whole: the lab's real Ray deployment (tests/fixtures/doctor/ray),
+    node2's session logs holding the raylet's port failure, node2 gone from the head's list, replayed offline."""
+    import json
+
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import evidence_from_saved
+
+    saved = json.loads((REPO / "tests/fixtures/doctor/ray/healthy/doctor-evidence.json").read_text())
+    index = saved["hosts"].index("node2")
+    gather = saved["gather"][index]["evidence"]
+    gather["ray_logs"] = {"dir": "/var/lib/vllm-cluster/ray/session_latest/logs", "files": {
+        name: {"lines": lines("raylet-port-in-use", name)} for name in ("raylet.out", "raylet.err")}}
+    gather["units"]["ray-worker.service"].update(ActiveState="activating", SubState="auto-restart", Result="exit-code")
+    head = saved["gather"][saved["hosts"].index("node1")]["evidence"]["ray"]
+    head["nodes"] = [node for node in head["nodes"] if node["node_ip"] != "10.232.1.12"]
+    first, _ = top(evidence_from_saved(json.loads(json.dumps(saved))))
+    assert (first["id"], first["nodes"]) == ("ray_port_in_use", ["node2"])
+    assert "port 46380" in first["title"] and first["evidence"][0]["source"].startswith("ray log raylet")
+    assert "ray-worker.service" in first["cause"]
