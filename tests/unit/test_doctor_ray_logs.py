@@ -338,3 +338,13 @@ def test_a_saved_evidence_file_replays_the_ray_logs():
     assert (first["id"], first["nodes"]) == ("ray_port_in_use", ["node2"])
     assert "port 46380" in first["title"] and first["evidence"][0]["source"].startswith("ray log raylet")
     assert "ray-worker.service" in first["cause"]
+
+
+@pytest.mark.parametrize(("fixture", "max_len", "fits"), [
+    ("bonito7-kv-cache-below-max-seq-len.log", "32768", "16816"),
+    ("tpuinference223-kv-cache-needed-above-available.log", "131072", "5632"),
+])
+def test_kv_cache_too_small_gives_the_length_that_fits_from_the_log(fixture, max_len, fits):
+    first, _ = top(with_log(healthy_cluster(), fixture))
+    assert first["id"] == "kv_cache_too_small" and f"({max_len})" in first["title"]
+    assert f"to at most {fits} " in first["fix"], first["fix"]
