@@ -348,3 +348,13 @@ def test_kv_cache_too_small_gives_the_length_that_fits_from_the_log(fixture, max
     first, _ = top(with_log(healthy_cluster(), fixture))
     assert first["id"] == "kv_cache_too_small" and f"({max_len})" in first["title"]
     assert f"to at most {fits} " in first["fix"], first["fix"]
+
+
+def test_a_port_the_log_quotes_gets_the_plans_name_for_it():
+    evidence = healthy_cluster()
+    evidence["plan"]["ports"]["master"] = 29500
+    first, _ = top(with_log(evidence, "vlmr1-289-tcpstore-port-in-use.log"))
+    assert "port 29500 (master)" in first["cause"], first["cause"]
+    # a port the plan does not have keeps the signature's own wording
+    first, _ = top(with_log(healthy_cluster(), "pipelinerl27-tcpstore-port-race.log"))
+    assert "port 46571 (a port vLLM or torch binds)" in first["cause"], first["cause"]

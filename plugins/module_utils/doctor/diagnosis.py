@@ -134,6 +134,7 @@ def diagnose(catalog, evidence):
                 values.setdefault(key, value)
         for key, value in plan_values.items():
             values.setdefault(key, value)
+        _name_the_port(values)
         for key, template in sig["defaults"].items():
             values.setdefault(key, _render(template, values))
         explained_by = []
@@ -181,6 +182,17 @@ def diagnose(catalog, evidence):
         "last_change": last_change(cluster),
         "router_view": router_view.planned_rows(cluster.plan, cluster.routers),
     }
+
+
+def _name_the_port(values):
+    """A port the evidence quotes without a name gets the plan's name for it (29501: master)."""
+    port = values.get("port")
+    if port is None or "port_name" in values:
+        return
+    for key, value in values.items():
+        if key.startswith("port_") and key != "port_name" and str(value) == str(port):
+            values["port_name"] = key[len("port_"):]
+            return
 
 
 def _name_the_vllm_unit(findings, unit):
