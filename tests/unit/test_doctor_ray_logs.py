@@ -89,7 +89,10 @@ def test_the_port_a_ray_component_could_not_bind_is_read_from_its_log(case, name
 def test_a_gcs_that_does_not_answer_is_read_with_its_address():
     found = ray_logs.failures(lines("worker-gcs-unreachable", "ray-worker.journal.txt"))
     gcs = [f for f in found if f["kind"] == "gcs_unreachable" and f["values"].get("address")]
-    assert gcs[0]["values"] == {"address": CAPTURED_IP, "port": "46999", "seconds": "5"}
+    assert gcs[0]["values"] == {"address": CAPTURED_IP, "port": "46999", "seconds": "5", "what": "connect"}
+    # a node that timed out registering is a failure to register, with no address
+    registering = ray_logs.failures(lines("raylet-port-in-use", "ray-head.journal.txt"))
+    assert {f["values"]["what"] for f in registering if f["kind"] == "gcs_unreachable"} == {"register"}
     # Ray's colour codes are gone from the node IP it printed
     assert {"kind": "local_ip", "values": {"address": CAPTURED_IP}}.items() <= \
         next(f for f in found if f["kind"] == "local_ip").items()

@@ -146,19 +146,32 @@ def obs_ray_gcs_unreachable(cluster, params):
         # the node's own address: its unit's --node-ip-address, else (a log without its unit) the "Local node IP"
         # Ray printed; a GCS at that address is the node's own
         own_ips = {own} if argv else {f["values"].get("address") for _, f in failures if f["kind"] == "local_ip"}
-        for source, failure in failures:
-            if failure["kind"] != "gcs_unreachable":
-                continue
+        gcs = [(source, failure) for source, failure in failures if failure["kind"] == "gcs_unreachable"]
+        # the line that names the address first: it gives the finding its values
+        gcs.sort(key=lambda item: not item[1]["values"].get("address"))
+        for source, failure in gcs:
             values = dict(failure["values"])
             if not values.get("address") and ":" in joined:
                 values["address"], _, values["port"] = joined.rpartition(":")
             if not values.get("address") and head is not None and (cluster.plan.get("ports") or {}).get("ray_gcs"):
-                values["address"] = head.plan.get("address") or values.get("address")
+                values["address"] = head.plan.get("address")
                 values["port"] = cluster.plan["ports"]["ray_gcs"]
-            values.setdefault("address", "the head's GCS address")
-            values.setdefault("port", "its GCS port")
-            values["whose"] = ("its own GCS (this node is the head)" if "--head" in argv or values["address"] in own_ips
-                               else "the head's GCS")
+            own_gcs = "--head" in argv or values.get("address") in own_ips
+            known = bool(values.get("address"))
+            values["target"] = f"{values['address']}:{values['port']}" if known else "an address the log does not name"
+            values.setdefault("address", "<the head's address>")
+            values.setdefault("port", "<its GCS port>")
+            values["whose"] = "its own GCS" if own_gcs else "the head's GCS" if known else "the GCS"
+            if values.get("what") == "register":
+                values["hint"] = ("its raylet did not start or register in time (the session's raylet.out and "
+                                  "raylet.err say why: a port taken, a node IP that is not the node's) or the GCS "
+                                  "did not answer")
+            elif own_gcs:
+                values["hint"] = ("the GCS did not start (its gcs_server.out says why) or the node IP Ray uses is "
+                                  "not an address of this node (--node-ip-address)")
+            else:
+                values["hint"] = ("the head's Ray is not up on that address, the node's --address names another "
+                                  "address or port, or the path to the GCS port is blocked")
             hits.append(make_hit(node, source, failure["line"], unit=_ray_unit(node) or "the Ray unit",
                                  **{key: str(value) for key, value in values.items()}))
     return _first_per(hits, ("node",))

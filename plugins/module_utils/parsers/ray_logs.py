@@ -77,13 +77,15 @@ _PORT_PATTERNS = (
     (re.compile(r"error while attempting to bind on address \('(?P<bind>[^']*)', (?P<port>\d+)\): .*"
                 r"[Aa]ddress already in use"), "dashboard"),
 )
+# (pattern, what failed: connect to the GCS, or register the node with it)
 _GCS_PATTERNS = (
-    re.compile(r"Failed to connect to GCS at address (?P<address>[^\s:]+|\[[^\]]+\]):(?P<port>\d+) within (?P<seconds>\d+) seconds"),
-    re.compile(r"Unable to connect to GCS (?:\(ray head\) )?at (?P<address>[^\s:]+|\[[^\]]+\]):(?P<port>\d+)"),
-    re.compile(r"Failed to get cluster ID from GCS server"),
-    re.compile(r"The current node timed out during startup"),
-    re.compile(r"GCS cannot find the node with node ID \w+\. The node registration may not be complete"),
-    re.compile(r"Failed to register (?:the )?(?:node|raylet|worker)\b.*"),
+    (re.compile(r"Failed to connect to GCS at address (?P<address>[^\s:]+|\[[^\]]+\]):(?P<port>\d+) "
+                r"within (?P<seconds>\d+) seconds"), "connect"),
+    (re.compile(r"Unable to connect to GCS (?:\(ray head\) )?at (?P<address>[^\s:]+|\[[^\]]+\]):(?P<port>\d+)"), "connect"),
+    (re.compile(r"Failed to get cluster ID from GCS server"), "connect"),
+    (re.compile(r"The current node timed out during startup"), "register"),
+    (re.compile(r"GCS cannot find the node with node ID \w+\. The node registration may not be complete"), "register"),
+    (re.compile(r"Failed to register (?:the )?(?:node|raylet|worker)\b"), "register"),
 )
 _VERSION_START = re.compile(r"Version mismatch: The cluster was started with")
 _VERSION_PARTS = re.compile(
@@ -115,8 +117,8 @@ def _values(match):
 def failures(lines, source=None):
     """Ray's start-up failures in ``lines``: [{kind, line, values}], in the order of the log.
 
-    kind ``port_in_use`` (values port, component, bind), ``gcs_unreachable`` (address, port, seconds; none
-    for a registration that timed out), ``version_mismatch`` (cluster_ray, cluster_python, node_ray,
+    kind ``port_in_use`` (values port, component, bind), ``gcs_unreachable`` (what: connect or register;
+    address, port, seconds where the line names them), ``version_mismatch`` (cluster_ray, cluster_python, node_ray,
     node_python, address), ``node_ip_unmatched`` (address, raylets) and ``local_ip`` (address: the node IP Ray
     took, not a failure by itself). ``source`` names the file the lines come from (raylet.err names the raylet).
     A failure printed again (the same kind and values) is returned once, with its first line.
@@ -140,10 +142,10 @@ def failures(lines, source=None):
                 values.setdefault("component", _component(source) or component)
                 add("port_in_use", row, values)
                 break
-        for pattern in _GCS_PATTERNS:
+        for pattern, what in _GCS_PATTERNS:
             match = pattern.search(row)
             if match:
-                add("gcs_unreachable", row, _values(match))
+                add("gcs_unreachable", row, {**_values(match), "what": what})
                 break
         if _VERSION_START.search(row):
             # Ray prints the versions on the five lines that follow
