@@ -597,7 +597,9 @@ class Gatherer:
             found["error"] = f"{logs} not found"
             return found
         found["session"] = os.path.basename(os.path.realpath(os.path.dirname(logs)))
-        since = unit_started(ray_units.values())
+        # the unit that runs (or last ran) Ray here; an installed unit that never ran says nothing of the session
+        running = [info for info in ray_units.values() if info.get("ActiveState") not in (None, "", "inactive")]
+        since = unit_started(running or ray_units.values())
         entries = []
         for name in os.listdir(logs):
             path = os.path.join(logs, name)
@@ -838,14 +840,14 @@ class Gatherer:
 
 
 def unit_started(units, monotonic=time.monotonic, now=time.time):
-    """The earliest last start (epoch seconds) of the units, from systemd's monotonic InactiveExitTimestamp; None
+    """The latest last start (epoch seconds) of the units, from systemd's monotonic InactiveExitTimestamp; None
     when no unit says (Ray's logs are then read without regard to their age)."""
     starts = []
     for info in units:
         value = str(info.get("InactiveExitTimestampMonotonic") or "")
         if value.isdigit() and int(value) > 0:
             starts.append(now() - (monotonic() - int(value) / 1e6))
-    return min(starts) if starts else None
+    return max(starts) if starts else None
 
 
 # --- helpers of the compared facts (pure: tests/unit/test_doctor_compare.py) ------------------------------------

@@ -361,3 +361,11 @@ def test_a_port_the_log_quotes_gets_the_plans_name_for_it():
     # a port the plan does not have keeps the signature's own wording
     first, _ = top(with_log(healthy_cluster(), "pipelinerl27-tcpstore-port-race.log"))
     assert "port 46571 (a port vLLM or torch binds)" in first["cause"], first["cause"]
+
+
+def test_the_session_logs_count_from_the_last_start_of_the_unit_that_runs_ray():
+    now, monotonic = 10_000.0, 500.0
+    started = {"ActiveState": "active", "InactiveExitTimestampMonotonic": str(int(400 * 1e6))}
+    never = {"ActiveState": "inactive", "InactiveExitTimestampMonotonic": "0"}
+    assert doctor_gather.unit_started([started, never], monotonic=lambda: monotonic, now=lambda: now) == 9_900.0
+    assert doctor_gather.unit_started([never], monotonic=lambda: monotonic, now=lambda: now) is None
