@@ -110,10 +110,10 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
         "router_worker_missing": {"router", "router_url", "worker_url", "worker_host", "listed"},
         "router_worker_unhealthy": {"router", "router_url", "worker_url", "worker_host", "vllm_state", "suspect"},
         # Ray's own start-up failures (test_doctor_ray_logs.py checks the values the hits carry)
-        "ray_port_in_use": {"port", "component", "port_name", "unit", "holder"},
-        "ray_gcs_unreachable": {"address", "port", "seconds", "whose", "unit", "what", "target", "hint"},
+        "ray_port_in_use": {"port", "component", "port_name", "unit", "process", "pid"},
+        "ray_gcs_unreachable": {"address", "port", "port_name", "seconds", "whose", "unit", "what", "target", "hint"},
         "ray_log_version_mismatch": {"package", "version", "expected", "versions", "address"},
-        "ray_node_ip_wrong": {"address", "unit", "addresses", "why"},
+        "ray_node_ip_wrong": {"address", "unit", "addresses", "why", "ray_address_note"},
     }
     assert set(observation_values) == set(OBSERVATIONS)
     for sig in CATALOG["signatures"]:

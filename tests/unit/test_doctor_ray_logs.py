@@ -130,64 +130,88 @@ def test_the_files_read_are_the_daemons_then_the_newest_workers_since_the_start(
 
 # --- the diagnosis: Ray's failure named, with the host and the value the log quotes --------------------------------
 
-def test_a_raylet_port_taken_is_named_with_the_port_and_the_plan_name_of_it():
+RAY_LOG_OBSERVATIONS = ("ray_port_in_use", "ray_gcs_unreachable", "ray_log_version_mismatch", "ray_node_ip_wrong")
+
+
+def before_ray_logs():
+    """The catalog as it was before it read Ray's own failures: no rule on them, ray_not_running on any failed Ray unit."""
+    catalog = copy.deepcopy(CATALOG)
+    for sig in catalog["signatures"]:
+        sig["rules"] = [rule for rule in sig["rules"] if rule.get("observation") not in RAY_LOG_OBSERVATIONS]
+        for rule in sig["rules"]:
+            rule.get("params", {}).pop("never_ran", None)
+    catalog["signatures"] = [sig for sig in catalog["signatures"] if sig["rules"]]
+    return catalog
+
+
+def raylet_port_taken():
     evidence = ray_cluster({"node1": CAPTURED_IP})
     evidence["plan"]["ports"]["ray_node_manager"] = 46380
     evidence["nodes"]["node1"]["gather"]["listening"] = [
         {"address": "0.0.0.0", "port": 46380, "processes": [{"name": "python3", "pid": 5071}], "line": "LISTEN"}]
-    evidence = with_ray_failure(evidence, "node1", "raylet-port-in-use",
-                                ["ray-head.journal.txt", "raylet.out", "raylet.err"])
-    first, report = top(evidence)
-    assert (first["id"], first["nodes"]) == ("ray_port_in_use", ["node1"])
-    assert "46380" in first["title"] and "raylet" in first["title"]
-    assert "ray_node_manager (--node-manager-port)" in first["cause"] and "python3 (pid 5071" in first["cause"]
-    assert "sport = :46380" in first["fix"] and "sport = :46380" in first["verify"]
-    assert first["evidence"][0]["source"].startswith(("journal ray-head.service", "ray log raylet"))
-    # "Ray is not running, install Ray" follows from it; it is not the answer
-    assert "ray_not_running" in {effect["id"] for effect in first["explains_findings"]}
-    assert finding(report, "ray_not_running")["rank_priority"] < first["rank_priority"]
+    return with_ray_failure(evidence, "node1", "raylet-port-in-use", ["ray-head.journal.txt", "raylet.out", "raylet.err"])
 
 
-def test_without_the_ray_logs_signatures_ray_not_running_was_the_answer():
-    """What the doctor said before it read Ray's own failures: a Ray that ran and failed was 'not running'."""
+def test_a_raylet_port_taken_is_named_with_the_port_and_the_plan_name_of_it():
+    first, report = top(raylet_port_taken())
+    assert (first["id"], first["nodes"]) == ("port_in_use", ["node1"])
+    # the process that holds it now (ss) and the name the plan gives the port
+    assert "Port 46380 (ray_node_manager) on node1" in first["title"]
+    assert "python3 (pid 5071) listens on port 46380" in first["cause"]
+    assert "holds port 46380" in first["fix"] and "sport = :46380" in first["verify"]
+    assert any(item["source"].startswith("ray log raylet") for item in first["evidence"])
+    # "Ray is not running, install Ray" is not said of a Ray that ran and failed
+    assert "ray_not_running" not in [f["id"] for f in report["findings"]]
+
+
+def test_the_raylets_own_log_names_the_port_and_who_holds_it_is_not_needed():
     evidence = with_ray_failure(ray_cluster({"node1": CAPTURED_IP}), "node1", "raylet-port-in-use",
                                 ["ray-head.journal.txt", "raylet.out", "raylet.err"])
-    report = diagnose(without({"ray_port_in_use", "port_in_use", "ray_gcs_unreachable"}), evidence)
-    assert report["findings"][0]["id"] in ("ray_not_running", "ray_node_missing", "unit_failed")
+    first, _ = top(evidence)
+    assert first["id"] == "port_in_use"
+    assert "Port 46380 (Ray's raylet: the raylet's node manager or object manager port" in first["title"]
 
 
-def test_a_gcs_port_taken_on_the_head_explains_the_worker_left_out():
+def test_before_the_ray_logs_were_read_ray_not_running_was_the_answer():
+    """What the doctor said of the Ray unit's journal alone before: a Ray that ran and failed was 'not running,
+    install Ray'; now its registration timeout is named, with the session logs to read."""
+    evidence = with_ray_failure(ray_cluster({"node1": CAPTURED_IP}), "node1", "raylet-port-in-use",
+                                ["ray-head.journal.txt"])
+    assert diagnose(before_ray_logs(), evidence)["findings"][0]["id"] == "ray_not_running"
+    first, report = top(evidence)
+    assert first["id"] == "ray_node_registration_failed" and "raylet.out" in first["cause"]
+    assert "ray_not_running" not in [f["id"] for f in report["findings"]]
+
+
+def test_a_gcs_port_taken_on_the_head_explains_the_head_not_answering():
     evidence = with_ray_failure(ray_cluster({"node1": CAPTURED_IP}), "node1", "gcs-port-in-use",
                                 ["ray-head.journal.txt", "gcs_server.err"])
-    head = evidence["nodes"]["node1"]["gather"]["ray"]
-    head["nodes"] = []
-    head["error"] = "ray list nodes: exited 1"
     first, report = top(evidence)
-    assert (first["id"], first["nodes"]) == ("ray_port_in_use", ["node1"])
-    assert "port 46379" in first["title"] and "gcs_server" in first["title"] and "the GCS port" in first["cause"]
+    assert (first["id"], first["nodes"]) == ("port_in_use", ["node1"])
+    assert "Port 46379 (Ray's gcs_server: the GCS port (--port))" in first["title"]
     # the head's own "Failed to connect to GCS at address <itself>" is no blocked path between the nodes
     assert "rendezvous_port_blocked" not in [f["id"] for f in report["findings"]]
-    gcs = [f for f in report["findings"] if f["id"] == "ray_gcs_unreachable"]
-    assert not gcs or "its own GCS" in gcs[0]["title"]
+    head = finding(report, "head_not_listening")
+    assert f"{CAPTURED_IP}:46379" in head["title"]
+    assert any(cause["id"] == "port_in_use" for cause in head["follows_from"])
 
 
 def test_a_dashboard_port_taken_names_the_dashboard():
     evidence = with_ray_failure(ray_cluster({"node1": CAPTURED_IP}), "node1", "dashboard-port-in-use",
                                 ["ray-head.journal.txt"])
     first, _ = top(evidence)
-    assert first["id"] == "ray_port_in_use" and "dashboard" in first["title"] and "46365" in first["title"]
-    assert "--dashboard-port" in first["cause"]
+    assert first["id"] == "port_in_use" and "Port 46365 (Ray's dashboard: the dashboard port (--dashboard-port))" \
+        in first["title"]
 
 
 def test_a_node_ip_not_on_the_node_is_named_with_the_address():
     evidence = with_ray_failure(ray_cluster(), "node1", "node-ip-not-local", ["ray-head.journal.txt"])
     first, report = top(evidence)
-    assert (first["id"], first["nodes"]) == ("ray_node_ip_wrong", ["node1"])
-    assert "10.255.77.1" in first["title"] and "10.232.9.11" in first["cause"]
-    assert "--node-ip-address" in first["fix"]
-    gcs = finding(report, "ray_gcs_unreachable")
-    assert "10.255.77.1:46379" in gcs["title"] and "its own GCS" in gcs["title"]
-    assert any(cause["id"] == "ray_node_ip_wrong" for cause in gcs["follows_from"])
+    assert (first["id"], first["nodes"]) == ("vllm_host_ip_mismatch", ["node1"])
+    assert "Ray runs node1 under 10.255.77.1" in first["cause"] and "10.232.9.11" in first["cause"]
+    head = finding(report, "head_not_listening")
+    assert "10.255.77.1:46379" in head["title"]
+    assert any(cause["id"] == "vllm_host_ip_mismatch" for cause in head["follows_from"])
 
 
 def test_a_node_ip_no_raylet_matches_is_named_from_rays_warning():
@@ -195,24 +219,29 @@ def test_a_node_ip_no_raylet_matches_is_named_from_rays_warning():
     evidence["nodes"]["node2"]["gather"]["ray_logs"] = log_evidence(
         (LOGS / "ray31264-node-ip-no-matching-raylet.log").read_text().splitlines(), "python-core-worker-x.log")
     first, _ = top(evidence)
-    assert (first["id"], first["nodes"]) == ("ray_node_ip_wrong", ["node2"])
-    assert "11.22.33.44" in first["title"] and "no raylet" in first["title"]
+    assert (first["id"], first["nodes"]) == ("vllm_host_ip_mismatch", ["node2"])
+    assert "under 11.22.33.44" in first["cause"] and "no raylet" in first["cause"]
 
 
-def test_a_worker_that_cannot_reach_the_gcs_is_named_with_the_address_it_dialed():
-    evidence = with_ray_failure(ray_cluster({"node2": CAPTURED_IP}), "node2", "worker-gcs-unreachable",
-                                ["ray-worker.journal.txt"])
-    first, report = top(evidence)
-    assert (first["id"], first["nodes"]) == ("ray_gcs_unreachable", ["node2"])
-    assert f"{CAPTURED_IP}:46999" in first["title"] and "the head's GCS" in first["title"]
-    assert f"/dev/tcp/{CAPTURED_IP}/46999" in first["verify"]
-    assert {"ray_node_missing", "ray_not_running"} <= {effect["id"] for effect in first["explains_findings"]}
+def test_a_worker_that_cannot_reach_the_gcs_names_the_address_it_dialed():
+    # the worker's own "Local node IP" line is left out: the capture ran the worker where it dialed
+    evidence = with_ray_failure(ray_cluster(), "node2", "worker-gcs-unreachable", ["ray-worker.journal.txt"])
+    journal = evidence["nodes"]["node2"]["gather"]["journal"]
+    journal["ray-worker.service"] = [line for line in journal["ray-worker.service"] if "Local node IP" not in line]
+    report = diagnose(CATALOG, evidence)
+    # the head's node list says node2 is missing; the worker's log says where it looked for the head
+    assert [(f["id"], f["nodes"]) for f in report["findings"][:2]] == [("ray_node_missing", ["node2"]),
+                                                                      ("head_not_listening", ["node2"])]
+    head = report["findings"][1]
+    assert f"Nothing listens on {CAPTURED_IP}:46999 (Ray GCS)" in head["title"]
+    assert head["evidence"][0]["node"] == "node2" and f"/dev/tcp/{CAPTURED_IP}/46999" in head["verify"]
+    assert "ray_not_running" not in [f["id"] for f in report["findings"]]
 
 
 def test_a_retry_of_a_node_that_joined_is_no_finding():
-    evidence = with_ray_failure(ray_cluster({"node2": CAPTURED_IP}), "node2", "worker-gcs-unreachable",
+    evidence = with_ray_failure(ray_cluster({"node1": CAPTURED_IP}), "node2", "worker-gcs-unreachable",
                                 ["ray-worker.journal.txt"], alive=True)
-    assert "ray_gcs_unreachable" not in [f["id"] for f in diagnose(CATALOG, evidence)["findings"]]
+    assert "head_not_listening" not in [f["id"] for f in diagnose(CATALOG, evidence)["findings"]]
 
 
 def test_a_healthy_session_gives_no_ray_finding():
@@ -237,12 +266,13 @@ def test_a_pasted_log_gets_the_same_findings_as_the_nodes_logs():
     """The --log entry point: a log's lines as one node's Ray logs (or a Ray unit's journal), no plan."""
     pasted = lines("raylet-port-in-use", "raylet.err")
     as_file = {"plan": {}, "nodes": {"node": {"gather": {"ray_logs": log_evidence(pasted, "raylet.err")}}}}
-    as_journal = {"plan": {}, "nodes": {"node": {"gather": {
+    as_journal = {"plan": {"backend": "ray"}, "nodes": {"node": {"gather": {
         "units": {"ray-head.service": {"LoadState": "loaded", "ActiveState": "failed"}},
         "journal": {"ray-head.service": pasted}}}}}
     for evidence in (as_file, as_journal):
-        first, _ = top(evidence)
-        assert first["id"] == "ray_port_in_use" and "46380" in first["title"], first["title"]
+        first, report = top(evidence)
+        assert first["id"] == "port_in_use" and "Port 46380 (Ray's raylet" in first["title"], first["title"]
+        assert "ray_not_running" not in [f["id"] for f in report["findings"]]
 
 
 # --- numbers from the evidence, the plan's only when the log has none ---------------------------------------------
@@ -338,9 +368,9 @@ def test_a_saved_evidence_file_replays_the_ray_logs():
     head = saved["gather"][saved["hosts"].index("node1")]["evidence"]["ray"]
     head["nodes"] = [node for node in head["nodes"] if node["node_ip"] != "10.232.1.12"]
     first, _ = top(evidence_from_saved(json.loads(json.dumps(saved))))
-    assert (first["id"], first["nodes"]) == ("ray_port_in_use", ["node2"])
-    assert "port 46380" in first["title"] and first["evidence"][0]["source"].startswith("ray log raylet")
-    assert "ray-worker.service" in first["cause"]
+    assert (first["id"], first["nodes"]) == ("port_in_use", ["node2"])
+    assert "Port 46380 (Ray's raylet" in first["title"]
+    assert any(item["source"].startswith("ray log raylet") for item in first["evidence"])
 
 
 @pytest.mark.parametrize(("fixture", "max_len", "fits"), [

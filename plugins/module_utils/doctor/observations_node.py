@@ -21,6 +21,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence i
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_network import (
     reference_value,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_ray import ray_ran
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_exec_start
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.traceback import last_exception
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import history as plan_history
@@ -162,6 +163,10 @@ def obs_unit_failed(cluster, params):
             failing = (info.get("ActiveState") == "failed" and not _stopped_on_request(node, unit)) or (
                 info.get("ActiveState") == "activating" and info.get("SubState") == "auto-restart"
             )
+            if failing and params.get("never_ran") and (ray_ran(node.journal(unit))
+                                                         or _last_error(node.journal(unit), unit)[0]):
+                # a Ray that ran and failed, or a process under it that raised: named by its failure, not as absent
+                continue
             if failing:
                 last, found = _last_error(node.journal(unit), unit)
                 line = _unit_line(node, unit) + (f"; last error: {last}" if last else "")

@@ -11,6 +11,8 @@ Pure Python 3.11, no Ansible import.
 
 from __future__ import annotations
 
+import re
+
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
     RAY_UNITS,
     VLLM_UNIT,
@@ -93,16 +95,14 @@ def _port_names(cluster, node):
 
 
 def _holder(node, port):
-    """Who listens on the port now, from the node's `ss` (processes outside the deployment's units first)."""
+    """{process, pid} of who listens on the port now, from the node's `ss` (outside the deployment's units first)."""
     own = node.deployment_pids
     for sock in node.gather.get("listening") or []:
         if sock.get("port") != port:
             continue
         processes = sorted(sock.get("processes") or [], key=lambda p: p.get("pid") in own)
         if processes:
-            process = processes[0]
-            owner = "a process of the deployment" if process.get("pid") in own else "no unit of the deployment"
-            return f"{process.get('name')} (pid {process.get('pid')}, {owner})"
+            return {"process": processes[0].get("name"), "pid": processes[0].get("pid")}
     return None
 
 
@@ -122,19 +122,19 @@ def obs_ray_port_in_use(cluster, params):
             flag = _PORT_FLAGS.get(plan_name)
             port_name = (f"{plan_name} ({flag})" if plan_name and flag else plan_name
                          or _COMPONENT_PORTS.get(component) or f"a port of Ray's {component}")
-            holder = _holder(node, port)
+            holder = _holder(node, port) or {}
             hits.append(make_hit(
-                node, source, failure["line"], port=port, component=component, port_name=port_name,
-                unit=_ray_unit(node) or "the Ray unit",
-                holder=holder or "another process (gone by now, or not visible to ss)",
+                node, source, failure["line"], port=port, component=component,
+                port_name=f"Ray's {component}: {port_name}", unit=_ray_unit(node) or "the Ray unit", **holder,
             ))
     return _first_per(hits, ("node", "port"))
 
 
 def obs_ray_gcs_unreachable(cluster, params):
-    """A Ray node could not reach its GCS or register with it: the address from the log, else the unit's
-    --address, else the plan's head and GCS port."""
+    """A Ray node could not reach its GCS or register with it (params what: connect or register; both unset): the
+    address from the log, else the unit's --address, else the plan's head and GCS port."""
     hits = []
+    wanted = params.get("what")
     head = cluster.head
     for node in cluster.reachable_nodes():
         argv = cluster.ray_argv(node)
@@ -146,7 +146,8 @@ def obs_ray_gcs_unreachable(cluster, params):
         # the node's own address: its unit's --node-ip-address, else (a log without its unit) the "Local node IP"
         # Ray printed; a GCS at that address is the node's own
         own_ips = {own} if argv else {f["values"].get("address") for _, f in failures if f["kind"] == "local_ip"}
-        gcs = [(source, failure) for source, failure in failures if failure["kind"] == "gcs_unreachable"]
+        gcs = [(source, failure) for source, failure in failures if failure["kind"] == "gcs_unreachable"
+               and (not wanted or failure["values"].get("what") == wanted)]
         # the line that names the address first: it gives the finding its values
         gcs.sort(key=lambda item: not item[1]["values"].get("address"))
         for source, failure in gcs:
@@ -162,6 +163,8 @@ def obs_ray_gcs_unreachable(cluster, params):
             values.setdefault("address", "<the head's address>")
             values.setdefault("port", "<its GCS port>")
             values["whose"] = "its own GCS" if own_gcs else "the head's GCS" if known else "the GCS"
+            gcs_port = (cluster.plan.get("ports") or {}).get("ray_gcs")
+            values["port_name"] = "ray_gcs" if str(gcs_port) == str(values["port"]) else "Ray GCS"
             if values.get("what") == "register":
                 values["hint"] = ("its raylet did not start or register in time (the session's raylet.out and "
                                   "raylet.err say why: a port taken, a node IP that is not the node's) or the GCS "
@@ -213,20 +216,45 @@ def obs_ray_node_ip_wrong(cluster, params):
         argv = cluster.ray_argv(node)
         configured = flag_value(argv, "--node-ip-address")
         unit = _ray_unit(node) or "the Ray unit"
+        # the plan's own address missing from the node is address_missing's finding
+        planned = node.plan.get("address")
         for source, failure in node_failures(node):
             address = failure["values"].get("address")
             if failure["kind"] == "node_ip_unmatched":
-                hits.append(make_hit(node, source, failure["line"], address=address, unit=unit,
-                                     addresses=", ".join(sorted(local)) or "not read",
-                                     why="no raylet of the cluster registered with it"))
-            elif failure["kind"] == "local_ip" and local and address not in local and not address.startswith("127."):
-                hits.append(make_hit(node, source, failure["line"], address=address, unit=unit,
-                                     addresses=", ".join(sorted(local)), why="no interface of the node has it"))
-        if configured and local and configured not in local and not configured.startswith("127."):
-            hits.append(make_hit(node, "systemctl", f"{unit} runs --node-ip-address {configured}; {node.name}'s "
-                                 f"addresses: {', '.join(sorted(local))}", address=configured, unit=unit,
-                                 addresses=", ".join(sorted(local)), why="no interface of the node has it"))
+                hits.append(_node_ip_hit(node, source, failure["line"], address, unit, local,
+                                         "no raylet of the cluster registered with it"))
+            elif failure["kind"] == "local_ip" and _not_local(address, local, planned):
+                hits.append(_node_ip_hit(node, source, failure["line"], address, unit, local,
+                                         "no interface of the node has it"))
+        if _not_local(configured, local, planned):
+            hits.append(_node_ip_hit(node, "systemctl", f"{unit} runs --node-ip-address {configured}; {node.name}'s "
+                                     f"addresses: {', '.join(sorted(local))}", configured, unit, local,
+                                     "no interface of the node has it"))
     return _first_per(hits, ("node", "address"))
+
+
+def _not_local(address, local, planned):
+    """An address Ray runs the node under that no interface of it has (judged only where interfaces were read)."""
+    return bool(address and local and address not in local and address != planned and not address.startswith("127."))
+
+
+def _node_ip_hit(node, source, line, address, unit, local, why):
+    addresses = ", ".join(sorted(local)) or "not read"
+    note = (f" Ray runs {node.name} under {address} ({unit}): {why} (the node's addresses: {addresses}), so the node "
+            "and the cluster cannot reach each other.")
+    return make_hit(node, source, line, address=address, unit=unit, addresses=addresses, why=why,
+                    ray_address_note=note)
+
+
+def ray_ran(lines):
+    """Whether a Ray unit's journal shows that Ray ran: a record of Ray's own log, or a failure Ray names."""
+    return any(_RAY_RECORD.search(line) for line in lines) or bool(ray_logs.failures(lines))
+
+
+# Ray's log records: the C++ daemons' "[2026-12-05 12:38:29,614 W 6904 6904]", the Python CLI's
+# "2026-12-05 12:37:36,632	INFO scripts.py:1043 --".
+_RAY_RECORD = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [IWEF] \d+ \d+\]"
+                         r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(?:INFO|WARNING|ERROR|VINFO|SUCC) [\w.]+:\d+ --")
 
 
 def _first_per(hits, keys):
