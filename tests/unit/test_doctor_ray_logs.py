@@ -399,3 +399,23 @@ def test_the_session_logs_count_from_the_last_start_of_the_unit_that_runs_ray():
     never = {"ActiveState": "inactive", "InactiveExitTimestampMonotonic": "0"}
     assert doctor_gather.unit_started([started, never], monotonic=lambda: monotonic, now=lambda: now) == 9_900.0
     assert doctor_gather.unit_started([never], monotonic=lambda: monotonic, now=lambda: now) is None
+
+
+def test_a_zeromq_port_taken_is_port_in_use_with_its_port():
+    """ray#60057 (PR description): two vLLM deployments on Ray gave their NIXL side channels one port base."""
+    first, _ = top(with_log(ray_cluster(), "ray60057-nixl-side-channel-port-in-use.log"))
+    assert (first["id"], first["nodes"]) == ("port_in_use", ["node1"])
+    assert "Port 40009 " in first["title"] and "sport = :40009" in first["verify"]
+
+
+def test_a_worker_dialing_a_head_where_nothing_answers_is_head_not_listening_with_that_address():
+    """vllm#19543: the worker's raylet cannot reach the GCS it was pointed at (a maintainer: the --address was wrong)."""
+    excerpt = (PUBLIC / "vllm19543-ray-worker-head-address-localhost.log").read_text().splitlines()
+    alone = {"plan": {"backend": "ray"}, "nodes": {"the node": {"gather": {
+        "units": {"ray-worker.service": {"LoadState": "loaded", "ActiveState": "failed", "Result": "exit-code"}},
+        "journal": {"ray-worker.service": excerpt}}}}}
+    first, report = top(alone)
+    assert first["id"] == "head_not_listening" and "10.108.0.184:6379 (Ray GCS)" in first["title"]
+    assert "ray_not_running" not in [f["id"] for f in report["findings"]]
+    # before, the log line was a blocked path (rendezvous_port_blocked) or "Ray is not running"
+    assert diagnose(before_ray_logs(), alone)["findings"][0]["id"] in ("rendezvous_port_blocked", "ray_not_running")
