@@ -419,3 +419,13 @@ def test_a_worker_dialing_a_head_where_nothing_answers_is_head_not_listening_wit
     assert "ray_not_running" not in [f["id"] for f in report["findings"]]
     # before, the log line was a blocked path (rendezvous_port_blocked) or "Ray is not running"
     assert diagnose(before_ray_logs(), alone)["findings"][0]["id"] in ("rendezvous_port_blocked", "ray_not_running")
+
+
+def test_a_wrapped_message_gives_its_values_from_the_lines_after_it():
+    """NeMo-RL#259 wraps vLLM's bfloat16 refusal after its first sentence (the GPU on the next line), in a Ray
+    worker's journal; LlamaFactory#4960 keeps it on one line: both name the GPU and its capability."""
+    first, _ = top(with_log(healthy_cluster(), "llamafactory4960-bf16-v100.log"))
+    one_line = first["title"]
+    first, _ = top(with_log(ray_cluster(), "nemorl259-bf16-on-v100.log", node="node2", unit="ray-worker.service"))
+    assert first["id"] == "gpu_compute_capability_unsupported"
+    assert "Tesla V100-SXM2-32GB compute capability 7.0" in first["title"] and "compute capability 7.0" in one_line
