@@ -3,8 +3,10 @@
 ``doctor_gather`` keeps the tail of each session log of a node (``ray_logs``: file name -> lines); the
 Ray units' journals hold what ``ray start`` printed. ``parsers.ray_logs.failures`` finds the failures in
 those lines; the observations here turn them into hits with the values the log quotes (the port, the
-GCS address, the versions, the node IP) and name what the plan calls them. A pasted log gets the same
-findings: put its lines in a node's ``ray_logs`` (``log_evidence``) or a Ray unit's journal.
+GCS address, the versions, the node IP) and name what the plan calls them; the catalog's signatures that
+name each cause use them (port_in_use, vllm_host_ip_mismatch, head_not_listening, ray_version_mismatch,
+ray_node_registration_failed). A pasted log gets the same findings: put its lines in a node's ``ray_logs``
+(``log_evidence``) or a Ray unit's journal.
 
 Pure Python 3.11, no Ansible import.
 """
@@ -63,11 +65,14 @@ def _streams(node):
 
 
 def node_failures(node):
-    """[(source, failure)] of every Ray start-up failure the node's logs show."""
-    found = []
-    for source, name, lines in _streams(node):
-        found.extend((source, failure) for failure in ray_logs.failures(lines, name))
-    return found
+    """[(source, failure)] of every Ray start-up failure the node's logs show (read once per node and diagnosis)."""
+    cached = getattr(node, "_ray_failures", None)
+    if cached is None:
+        cached = []
+        for source, name, lines in _streams(node):
+            cached.extend((source, failure) for failure in ray_logs.failures(lines, name))
+        node._ray_failures = cached
+    return cached
 
 
 def _ray_unit(node):
