@@ -429,3 +429,14 @@ def test_a_wrapped_message_gives_its_values_from_the_lines_after_it():
     first, _ = top(with_log(ray_cluster(), "nemorl259-bf16-on-v100.log", node="node2", unit="ray-worker.service"))
     assert first["id"] == "gpu_compute_capability_unsupported"
     assert "Tesla V100-SXM2-32GB compute capability 7.0" in first["title"] and "compute capability 7.0" in one_line
+
+
+def test_the_catalogs_log_rules_read_the_daemons_logs_not_the_workers():
+    """A worker log keeps what an earlier vLLM start under the same Ray session said; the catalog's log rules read
+    the daemons' logs (raylet, GCS) and the journals, where Ray forwards its workers' lines while they run."""
+    excerpt = (PUBLIC / "vlmr1-289-tcpstore-port-in-use.log").read_text().splitlines()
+    evidence = ray_cluster()
+    evidence["nodes"]["node2"]["gather"]["ray_logs"] = log_evidence(excerpt, "worker-0f1e-01000000-4711.err")
+    assert "port_in_use" not in [f["id"] for f in diagnose(CATALOG, evidence)["findings"]]
+    evidence["nodes"]["node2"]["gather"]["ray_logs"] = log_evidence(excerpt, "raylet.err")
+    assert "port_in_use" in [f["id"] for f in diagnose(CATALOG, evidence)["findings"]]

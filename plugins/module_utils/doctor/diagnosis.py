@@ -23,6 +23,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence i
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations import OBSERVATIONS
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_ray import ray_log_files
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.ray_logs import WORKER_FILE
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import history as plan_history
 
 
@@ -35,8 +36,11 @@ def _log_streams(node, sources):
     for unit in units:
         yield unit, node.journal(unit)
     if "any" in sources or "ray" in sources:
+        # Ray's daemons' logs; its workers' (vLLM's ranks under Ray) reach vLLM's journal through Ray's log
+        # forwarding, and an older vLLM start in the same Ray session would speak in them still
         for name, lines in ray_log_files(node).items():
-            yield f"ray log {name}", lines
+            if not WORKER_FILE.match(name):
+                yield f"ray log {name}", lines
     if "any" in sources:
         yield from (node.gather.get("extra_logs") or {}).items()
 
