@@ -1,10 +1,11 @@
-"""The doctor on public failure logs it was tuned on: the training part of the corpus.
+"""The doctor on the public failure logs of its corpus.
 
 tests/fixtures/doctor/corpus holds public vLLM failure logs whose cause is confirmed in their thread (each
-``.source.txt`` names the thread, the confirmation and ``accept:``, the findings that name that cause). They are
-the two thirds of the collected corpus the rules were written against; the other third was held out and scored
-once (docs/doctor.md, "How well it reads logs it has never seen"). Each log goes through ``vllm-cluster doctor
---log``'s diagnosis (``log_only.diagnose_log``): no plan, no node, only the log.
+``.source.txt`` names the thread, the confirmation and ``accept:``, the findings that name that cause). Each set
+was held out while the rules were written and scored once before joining this folder (docs/doctor.md, "How well
+it reads logs it has never seen"; ``split.json`` says which case was held out when). Here they guard against
+regressions. Each log goes through ``vllm-cluster doctor --log``'s diagnosis (``log_only.diagnose_log``): no plan,
+no node, only the log.
 
 A case the doctor misses is listed in MISSES with the reason. The test fails when a listed hit turns into a miss
 (a rule broke it) and when a listed miss turns into a hit (take it off the list: the list stays true).
@@ -25,6 +26,9 @@ MISSES = {
         "wrong-interface finding, which needs the node's env file: a log alone does not show it"),
     "vllm22407-stray-vllm-api-key-401": (
         "the log is the client's 401: the server logged nothing wrong, api_key_differs needs the nodes' key files"),
+    "awsdoeks49-ray-worker-wrong-node-ip": (
+        "ray_node_registration_failed (read raylet.out for a port, a node IP, the GCS) where the case accepts the "
+        "node the head cannot reach: the log's 'Local node IP' is not compared with the head's network"),
 }
 
 
@@ -68,3 +72,46 @@ def test_each_case_is_a_hit_or_a_listed_miss(result):
 def test_no_case_ends_in_the_generic_findings(result):
     generic = {"unit_failed", "api_unanswered_from_controller"}
     assert not [row["case"] for row in result["cases"] if row["first"] in generic and row["case"] not in MISSES]
+
+
+def _diagnose_case(case):
+    import re
+
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import log_only
+
+    source = (CORPUS / f"{case}.source.txt").read_text()
+    backend = re.search(r"^backend: (\w+)", source, re.M).group(1)
+    unit = re.search(r"^unit: (\S+)", source, re.M).group(1)
+    return log_only.diagnose_log((CORPUS / f"{case}.log").read_text(), backend, unit)
+
+
+# What each kind of line gives: the case, the first finding, words its evidence must quote. Each would fail if the
+# reader of that kind of line went (the finding would be another, or none: these cases scored no finding before).
+WORDINGS = [
+    # a CUDA runtime error printed by a C++ extension, no Python exception: out of memory decides the subsystem
+    ("lmmr1042-cumem-oom-vllm-gpu-memory-utilization", "raised_in_memory", "Cuda error: out of memory"),
+    # an exception named by its module path inside a line of prose
+    ("qwen3067-72b-single-gpu-no-tensor-parallel-oom", "raised_in_memory", "torch.cuda.OutOfMemoryError: CUDA out"),
+    # Ray's C++ fatal level (C)
+    ("ray62328-ray-cgraph-crossnode-semaphore-bug", "raised_in_ray", "An unexpected system state has occurred"),
+    # argparse's error of a subcommand ("vllm serve: error:")
+    ("sparkvllm283-invalid-json-diffusion-config", "raised_in_configuration", "argument --diffusion-config"),
+    # a frame in an earlier vLLM's tokenizer module (former_prefixes)
+    ("vllm569-llama-tokenizer-load-failed", "raised_in_tokenizer", "RuntimeError: Failed to load the tokenizer"),
+    # a compiler missing from the node decides before the errno's "file not found"
+    ("flashinfer1781-nvcc-missing-for-jit", "raised_in_compilation", "No such file or directory: 'nvcc'"),
+    # Ray's resource request wrapped onto the next line, pinned to a node address no Ray node has
+    ("sparkvllmdocker227-pg-pinned-to-route-ip-multinic", "vllm_host_ip_mismatch", "'node:192.168.50.192'"),
+    # huggingface_hub's disk-space warning before a download that cannot fit
+    ("tpurecipes148-disk-full-model-download", "disk_full_where_vllm_writes", "Not enough free disk space"),
+    # NCCL's shared-memory words quoted as "Last error:" in torch's exception
+    ("vllm6689-nccl-shm-segment-too-small", "shm_too_small", "Error while creating shared memory segment"),
+]
+
+
+@pytest.mark.parametrize(("case", "finding", "quoted"), WORDINGS, ids=[case for case, _, _ in WORDINGS])
+def test_each_kind_of_error_line_is_read(case, finding, quoted):
+    findings = _diagnose_case(case)
+    assert findings and findings[0]["id"] == finding, [f["id"] for f in findings]
+    evidence = " ".join(item["line"] for item in findings[0]["evidence"])
+    assert quoted in evidence, evidence

@@ -68,6 +68,10 @@ def _match_log(cluster, log):
             matched_lines = set()
             for index, line in enumerate(lines):
                 match = log["regex"].search(line)
+                if not match and log.get("after"):
+                    # a message wrapped onto the following lines: the rule reads them with it
+                    following = [text.strip() for text in lines[index + 1: index + 1 + log["after"]] if text.strip()]
+                    match = log["regex"].search(" | ".join([line.strip(), *following]))
                 if not match:
                     continue
                 matched_lines.add(index)

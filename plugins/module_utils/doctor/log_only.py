@@ -27,6 +27,7 @@ import re
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import RAY_UNITS, VLLM_UNIT
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers import vllm_phases
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.traceback import (
+    error_lines,
     parse_tracebacks,
     split_line,
 )
@@ -58,7 +59,7 @@ _ERROR_RECORD = re.compile(
     r"|^\[Errno \d+\] |\b[a-z_]\w*(?:\.\w+)+(?:Error|Exception): "
     r"|^(?:[a-z_]\w*\.)+[A-Z]\w*: "  # any module-qualified exception type: "huggingface_hub.x.OfflineModeIsEnabled: "
     r"|^Traceback \(most recent call last\):"  # a traceback, even one the paste cut before its exception line
-    r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EF] \d+ \d+\]"  # Ray's C++ log: "[2025-06-13 01:49:41,730 E 1 1]"
+    r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EFC] \d+ \d+\]"  # Ray's C++ log: "[2025-06-13 01:49:41,730 E 1 1]"
 )
 _UVICORN_ERROR = re.compile(r"^(?:ERROR|CRITICAL):")
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?:\([\w.]*\))?(?::\s|:?$)",
@@ -73,6 +74,7 @@ _COMMAND_ERROR = re.compile(r"^[\w./-]+: (?:[\w-]+ )?[Ee]rror\b")
 def _error_lines(lines):
     """Indexes of the lines that say something failed."""
     found = {record["line"] for record in parse_tracebacks(lines)}
+    found.update(item["line"] for item in error_lines(lines) if item["strong"])
     for index, line in enumerate(lines):
         _, _, header, body = split_line(line)
         text = _PASTE_JUNK.sub("", body)

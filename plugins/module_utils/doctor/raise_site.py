@@ -87,7 +87,7 @@ def load_subsystems(data):
              "unmapped", "must map each prefix to the reason it is left unmapped")
     table = {"priority": priority, "verify": verify.strip(), "subsystems": [], "unmapped": dict(unmapped),
              "passes_on": _patterns(data.get("passes_on") or [], "subsystems", "passes_on")}
-    seen, prefixes = set(), {}
+    seen, prefixes, former = set(), {}, set()
     for index, entry in enumerate(entries):
         where = f"subsystem #{index + 1}"
         _require(isinstance(entry, dict), where, f"must be a mapping, got {entry!r}")
@@ -96,8 +96,8 @@ def load_subsystems(data):
         where = f"subsystem {name}"
         _require(name not in seen, where, "the id is used twice")
         seen.add(name)
-        unknown = set(entry) - {"id", "title", "prefixes", "decisive_exceptions", "exceptions", "errno", "messages",
-                                "checks", "cause", "fix", "verify"}
+        unknown = set(entry) - {"id", "title", "prefixes", "former_prefixes", "decisive_exceptions",
+                                "decisive_messages", "exceptions", "errno", "messages", "checks", "cause", "fix", "verify"}
         _require(not unknown, where, f"unknown keys {sorted(unknown)}")
         for key in ("title", "cause", "fix"):
             _require(isinstance(entry.get(key), str) and entry[key].strip(), where, f"'{key}' must be a non-empty string")
@@ -107,8 +107,10 @@ def load_subsystems(data):
         subsystem = {
             "id": name,
             "title": entry["title"].strip(),
-            "prefixes": _strings(entry.get("prefixes"), where, "prefixes", required=True),
+            "prefixes": (_strings(entry.get("prefixes"), where, "prefixes", required=True)
+                         + _strings(entry.get("former_prefixes", []), where, "former_prefixes")),
             "decisive_exceptions": _strings(entry.get("decisive_exceptions", []), where, "decisive_exceptions"),
+            "decisive_messages": _patterns(entry.get("decisive_messages", []), where, "decisive_messages"),
             "exceptions": _strings(entry.get("exceptions", []), where, "exceptions"),
             "errno": list(errno),
             "messages": _patterns(entry.get("messages", []), where, "messages"),
@@ -121,9 +123,11 @@ def load_subsystems(data):
         for prefix in subsystem["prefixes"]:
             _require(prefix not in prefixes, where, f"the prefix {prefix!r} is already given to {prefixes.get(prefix)}")
             prefixes[prefix] = name
+        former.update(_strings(entry.get("former_prefixes", []), where, "former_prefixes"))
     for prefix in unmapped:
         _require(prefix not in prefixes, "unmapped", f"{prefix!r} is mapped to {prefixes.get(prefix)} too")
         prefixes[prefix] = None
+    table["former_prefixes"] = sorted(former)
     table["prefixes"] = sorted(((*_split_prefix(p), name) for p, name in prefixes.items()),
                                key=lambda item: (-len(item[0]), item[1] is None))
     return table
@@ -190,13 +194,13 @@ def _by_errno(text, table, exclude=()):
     return None
 
 
-def _by_message(text, table, exclude=()):
+def _by_message(text, table, exclude=(), key="messages"):
     """The subsystem whose pattern matches first in the message (the first thing it names); table order on a tie."""
     found = []
     for order, subsystem in enumerate(table["subsystems"]):
         if subsystem["id"] in exclude:
             continue
-        starts = [match.start() for pattern in subsystem["messages"] for match in [pattern.search(text or "")] if match]
+        starts = [match.start() for pattern in subsystem[key] for match in [pattern.search(text or "")] if match]
         if starts:
             found.append((min(starts), order, subsystem["id"]))
     return min(found)[2] if found else None
@@ -240,6 +244,9 @@ def classify(record, table, exclude=()):
     name = _by_type(record, table, "decisive_exceptions")
     if name:
         return name, "exception type", raising
+    name = _by_message(exception, table, key="decisive_messages")
+    if name:
+        return name, "message", raising
     name, frame = _by_frames(frames, table)
     if name:
         return name, "frame", frame
@@ -334,9 +341,9 @@ def _error_line_subsystem(item, table, exclude=()):
         record = {"type": item["type"], "full_message": message, "frames": item.get("frames") or []}
         name, how, _ = classify(record, table, exclude)
         return name, how
-    name = _by_errno(item["text"], table, exclude)
+    name = _by_message(item["text"], table, key="decisive_messages") or _by_errno(item["text"], table, exclude)
     if name:
-        return name, "errno"
+        return name, ("message" if _by_message(item["text"], table, key="decisive_messages") else "errno")
     name = _by_message(item["text"], table, exclude)
     return name, ("message" if name else None)
 
@@ -562,6 +569,8 @@ def layout_problems(table, vllm_dir, site_packages=None):
     paths = [prefix for prefix, _, _ in table["prefixes"]]
     for prefix, function, name in table["prefixes"]:
         label = f"{prefix}:{function}" if function else prefix
+        if prefix in table.get("former_prefixes", ()):
+            continue  # a path of an earlier vLLM, kept for the logs users still paste
         if prefix.startswith("vllm/"):
             where = os.path.join(os.path.dirname(vllm_dir), prefix)
             if not _exists(where):

@@ -377,15 +377,20 @@ _C10D = re.compile(r"\[[EF](?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)?)? ?[\w./
 _C10D_ANY_LEVEL = re.compile(r"\[[IWEF](?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)?)? ?[\w./-]+\.(?:cpp|cc|cu|h):\d+\]")
 _GLOG_ERROR = re.compile(r"^[EF]\d{4} ")
 _ERRNO_LINE = re.compile(r"\[Errno -?\d+\]")
-# Ray's C++ core at level E or F: "[2025-06-13 01:49:41,730 E 1 1] gcs_rpc_client.h:179: ..."
-_RAY_CPP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EF] \d+ \d+\] ")
+# Ray's C++ core at level E, F or C (its fatal): "[2025-06-13 01:49:41,730 E 1 1] gcs_rpc_client.h:179: ..."
+_RAY_CPP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EFC] \d+ \d+\] ")
+# A CUDA runtime error printed by a C++ extension: "Cuda error: out of memory at csrc/cumem_allocator.cpp: 62"
+_CUDA_ERROR = re.compile(r"(?i)\bcuda error\b:? \S")
+# An exception named by its module path inside a line of prose or another log's prefix:
+# "... 报错信息是：torch.cuda.OutOfMemoryError: CUDA out of memory"
+_INLINE_EXCEPTION = re.compile(r"(?<![\w.])(?P<type>(?:[a-z_]\w*\.)+[A-Z]\w*(?:Error|Exception)): (?P<message>\S.*)$")
 # A command's own error: argparse's "api_server.py: error: unrecognized arguments", "nvidia-container-cli:
 # requirement error: ...", "docker: Error response from daemon: ..."
 # A Python warning: "/usr/lib/python3.12/site-packages/huggingface_hub/file_download.py:798: UserWarning: ..."
 # (not a deprecation: that one says nothing about the failure)
 _PY_WARNING = re.compile(
     r"^(?P<file>\S+\.py):(?P<line>\d+): (?P<type>(?!Future|Deprecation|PendingDeprecation)\w*Warning): \S")
-_TOOL_ERROR = re.compile(r"^[\w./@-]+: (?:[\w-]+ )?[Ee]rror\b")
+_TOOL_ERROR = re.compile(r"^[\w./@-]+: (?:[\w-]+ )?[Ee]rror\b|^[\w./@-]+(?: [\w.-]+){1,2}: error: ")
 _LOGGED_ERROR = re.compile(r"^(?:ERROR|CRITICAL)\b|\s(?:ERROR|CRITICAL)\s")
 
 
@@ -407,6 +412,11 @@ def _error_kind(header, body):
         return "Ray error", True, None
     if not header and _TOOL_ERROR.match(text):
         return "command error", True, None
+    inline = _INLINE_EXCEPTION.search(text)
+    if inline:
+        return "exception", True, inline.group("type")
+    if _CUDA_ERROR.search(text):
+        return "CUDA error", True, None
     if _PY_WARNING.match(text):
         return "Python warning", False, _PY_WARNING.match(text).group("type")
     if header and _LOGGED_ERROR.search(header) and text and not (
@@ -467,7 +477,8 @@ def error_lines(lines):
     """Every line that reports an error, in order: [{line, end, text, process, kind, type, strong, in_traceback}].
 
     kind: "exception" (an exception line), "NCCL WARN", "c10d" (torch's C++ log at level E or F), "errno"
-    (an ``[Errno N]``), "Ray error" (Ray's C++ log at level E or F), "command error" (``prog: error: ...``),
+    (an ``[Errno N]``), "Ray error" (Ray's C++ log at level E, F or C), "CUDA error", "command error"
+    (``prog: error: ...``),
     "logged error" (a log record at ERROR or CRITICAL), "Python warning" (``file.py:N: XWarning: ...``);
     strong: every kind but the last two; type: the exception's (or warning's) type; text: the message without
     its prefixes, joined over the lines it was wrapped on (end: its last line); frames: the warning's file and
@@ -488,7 +499,8 @@ def error_lines(lines):
         if index in wrapped:
             end, text = wrapped[index]["end"], wrapped[index]["body"]
         if kind[0] == "exception":
-            text = text[_EXCEPTION_LINE.match(text).start("type"):]
+            whole = _EXCEPTION_LINE.match(text)
+            text = text[whole.start("type"):] if whole else text[_INLINE_EXCEPTION.search(text).start("type"):]
         warning = _PY_WARNING.match(body.strip()) if kind[0] == "Python warning" else None
         frames = ([{"file": warning.group("file"), "line": int(warning.group("line")), "function": "warnings.warn"}]
                   if warning else [])
