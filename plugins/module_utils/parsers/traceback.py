@@ -64,6 +64,8 @@ _JOURNAL_PREFIXES = (
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? \S+ [^\s:\[]+(?:\[\d+\])?: ?"),
     # a collector's bracketed time: "[2026-01-28T23:59:42Z] "
     re.compile(r"^\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\] ?"),
+    # docker compose logs: the service's name, padded, and a bar: "vllm-qwen-1  | "
+    re.compile(r"^[A-Za-z0-9][\w.-]*\s+\| "),
 )
 # "(EngineCore_DP0 pid=1234) ", "(VllmWorker rank=1 pid=1234) ", "(RayWorkerWrapper pid=1234, ip=10.0.0.2) "
 _PROCESS = re.compile(
