@@ -86,6 +86,16 @@ FAULTS = [
              f"rm -f {DROPIN} && systemctl daemon-reload && systemctl restart ray-worker.service",
              ("ray_gpus_below_plan",), ("--num-gpus 1", "50-gpus.conf", "ray.yml"),
              ("node1", "vllm.service", "Waiting for creating a placement group"), restart_vllm=True),
+    # Ray's own failure, read from its session logs: the raylet cannot bind its node manager port (6380, the
+    # role's default) because another process holds it; Ray itself prints only a registration timeout.
+    RayFault("ray_port_taken_on_one_node", "node2",
+             "systemctl stop ray-worker.service && systemd-run --unit=doctor-ray-port-holder python3 -c "
+             "'import socket, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+             "s.bind((\"0.0.0.0\", 6380)); s.listen(); time.sleep(3600)' && sleep 1 && "
+             "systemctl start --no-block ray-worker.service",
+             "systemctl stop doctor-ray-port-holder.service; systemctl restart ray-worker.service",
+             ("port_in_use",), ("port 6380",),
+             ("node2", "ray-worker.service", "Failed to get node info")),
 ]
 HEALTHY = RayFault("healthy", "", "", "", (), (), ("", "", ""))
 

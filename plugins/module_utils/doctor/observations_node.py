@@ -31,6 +31,11 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.traceback
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import history as plan_history
 
 
+def _ray_ran_or_raised(node, unit):
+    """Whether a Ray unit's journal shows that Ray ran, or that a process under it raised."""
+    return bool(ray_ran(node.journal(unit)) or _last_error(node.journal(unit), unit)[0])
+
+
 def _units_param(params, default):
     units = params.get("units", default)
     return [units] if isinstance(units, str) else list(units)
@@ -170,8 +175,7 @@ def obs_unit_failed(cluster, params):
             failing = (info.get("ActiveState") == "failed" and not _stopped_on_request(node, unit)) or (
                 info.get("ActiveState") == "activating" and info.get("SubState") == "auto-restart"
             )
-            if failing and params.get("never_ran") and (ray_ran(node.journal(unit))
-                                                         or _last_error(node.journal(unit), unit)[0]):
+            if failing and params.get("never_ran") and _ray_ran_or_raised(node, unit):
                 # a Ray that ran and failed, or a process under it that raised: named by its failure, not as absent
                 continue
             if failing:

@@ -82,8 +82,9 @@ def load_subsystems(data):
     entries = data.get("subsystems")
     _require(isinstance(entries, list) and entries, "subsystems", "'subsystems' must be a non-empty list")
     unmapped = data.get("unmapped") or {}
-    _require(isinstance(unmapped, dict) and all(isinstance(reason, str) and reason.strip()
-                                                 for reason in unmapped.values()),
+    reasons_given = isinstance(unmapped, dict) and all(
+        isinstance(reason, str) and reason.strip() for reason in unmapped.values())
+    _require(reasons_given,
              "unmapped", "must map each prefix to the reason it is left unmapped")
     table = {"priority": priority, "verify": verify.strip(), "subsystems": [], "unmapped": dict(unmapped),
              "passes_on": _patterns(data.get("passes_on") or [], "subsystems", "passes_on")}
