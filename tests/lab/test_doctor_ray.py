@@ -263,6 +263,10 @@ def test_a_ray_fault_under_a_live_vllm_is_the_top_finding_on_its_node(ray_deploy
         assert top["nodes"] == [fault.node], findings
         for word in fault.fix_words:
             assert word in top["fix"], top["fix"]
+        if fault.name == "ray_port_taken_on_one_node":
+            # the session logs read on the node: the restarted raylet's own bind failure is quoted
+            quoted = [e["line"] for f in report["findings"] for e in f["evidence"] if e["source"].startswith("ray log ")]
+            assert any("6380" in line for line in quoted), report["findings"]
     finally:
         back_to_healthy(lab, fault)
     assert complete(lab)["usage"]["completion_tokens"] >= 1

@@ -128,6 +128,17 @@ def test_the_files_read_are_the_daemons_then_the_newest_workers_since_the_start(
         ["raylet.out", "gcs_server.out", "worker-b-01000000-2.err", "python-core-worker-c_3.log"]
 
 
+def test_a_daemon_started_again_in_the_session_is_read_from_its_newest_file():
+    # A worker node's Ray restarted while the head runs joins the same session: Ray names the new raylet's logs
+    # raylet.1.out, raylet.2.out (ray/_private/node.py, _make_inc_temp). Reading only raylet.out missed the
+    # restarted raylet's port failure on the lab.
+    entries = [("raylet.out", 100.0, 10), ("raylet.err", 100.0, 0), ("raylet.1.out", 200.0, 10),
+               ("raylet.1.err", 200.0, 3), ("raylet.2.out", 300.0, 10), ("raylet.2.err", 300.0, 3),
+               ("gcs_server.out", 100.0, 10), ("rayletx.out", 400.0, 1)]
+    assert ray_logs.select_files(entries, since=250.0) == ["raylet.2.out", "raylet.2.err"]
+    assert ray_logs.select_files(entries) == ["raylet.2.out", "raylet.2.err", "gcs_server.out"]
+
+
 # --- the diagnosis: Ray's failure named, with the host and the value the log quotes --------------------------------
 
 RAY_LOG_OBSERVATIONS = ("ray_port_in_use", "ray_gcs_unreachable", "ray_log_version_mismatch", "ray_node_ip_wrong")

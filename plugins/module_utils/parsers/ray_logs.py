@@ -19,6 +19,7 @@ DAEMON_FILES = (
     "raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err",
     "dashboard.log", "dashboard.err", "monitor.log", "monitor.err",
 )
+_INDEXED = re.compile(r"^(?P<stem>[a-z_]+)(?:\.\d+)?(?P<ext>\.(?:out|err|log))$")
 WORKER_FILE = re.compile(r"^(?:worker-.*\.(?:out|err)|python-core-worker-.*\.log)$")
 
 # Terminal colours Ray prints into its journal ("\x1b[37mLocal node IP\x1b[39m"); a journal may keep them
@@ -29,12 +30,28 @@ _COLOUR = re.compile(r"\x1b?\[(?:\d{1,3};)*\d{1,3}m")
 _SEVERE = re.compile(r"^\[[^\]]* [EFC] \d+ \d+\]|^E\d{4} |Check failed|Error|error:|Exception|already in use")
 
 
+def _daemon_file(name):
+    """The daemon file ``name`` is one of (``raylet.out``), or None. A daemon started again in the same session
+    (a worker node's Ray restarted while the head runs) writes ``raylet.1.out``, ``raylet.2.out``, ...
+    (Ray's ``Node._make_inc_temp``)."""
+    match = _INDEXED.match(name)
+    if not match:
+        return None
+    base = f"{match.group('stem')}{match.group('ext')}"
+    return base if base in DAEMON_FILES else None
+
+
 def select_files(entries, since=None, workers=8):
-    """The names to read among ``entries`` [(name, mtime, size)]: the daemon files, then the ``workers`` newest
-    worker logs; a file last written before ``since`` (the Ray unit's last start, epoch seconds) is left out."""
+    """The names to read among ``entries`` [(name, mtime, size)]: each daemon file's newest copy, then the
+    ``workers`` newest worker logs; a file last written before ``since`` (the Ray unit's last start, epoch
+    seconds) is left out."""
     fresh = [(name, mtime) for name, mtime, _size in entries if since is None or mtime is None or mtime >= since]
-    names = {name for name, _ in fresh}
-    chosen = [name for name in DAEMON_FILES if name in names]
+    newest = {}
+    for name, mtime in fresh:
+        base = _daemon_file(name)
+        if base and (base not in newest or (mtime or 0, name) > (newest[base][1] or 0, newest[base][0])):
+            newest[base] = (name, mtime)
+    chosen = [newest[base][0] for base in DAEMON_FILES if base in newest]
     worker_logs = sorted((entry for entry in fresh if WORKER_FILE.match(entry[0])), key=lambda e: (-(e[1] or 0), e[0]))
     chosen.extend(name for name, _ in worker_logs[:workers])
     return chosen
