@@ -95,3 +95,19 @@ def test_help_shows_the_doctor_command():
     assert "doctor" in result.stdout
     result = doctor("--help")
     assert "--log FILE" in result.stdout and "- reads stdin" in result.stdout
+
+
+def test_a_reader_that_goes_away_is_no_error():
+    """`vllm-cluster doctor --log FILE | head -1`: the reader closes the pipe; before, the command printed
+    "error: [Errno 32] Broken pipe". Here the pipe's read end is closed before anything is written."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, str(CLI), "doctor", "--log", str(PUBLIC / "vlmr1-289-tcpstore-port-in-use.log")],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0, proc.stderr
+    assert "Broken pipe" not in proc.stderr and "error" not in proc.stderr, proc.stderr
