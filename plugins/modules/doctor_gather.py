@@ -621,6 +621,11 @@ class Gatherer:
         # the unit that runs (or last ran) Ray here; an installed unit that never ran says nothing of the session
         running = [info for info in ray_units.values() if info.get("ActiveState") not in (None, "", "inactive")]
         since = unit_started(running or ray_units.values())
+        failing = any(info.get("ActiveState") in ("failed", "activating") for info in running)
+        if since is not None and failing and not any(info.get("ActiveState") == "active" for info in running):
+            # a Ray unit that fails and restarts: its current attempt may not have written yet; the attempts
+            # just before it did (a restarted raylet writes raylet.1.out, raylet.2.out, ...)
+            since -= ray_logs.FAILING_LOOKBACK_S
         entries = []
         for name in os.listdir(logs):
             path = os.path.join(logs, name)

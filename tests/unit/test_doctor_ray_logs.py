@@ -363,6 +363,32 @@ def test_gather_reads_the_current_sessions_logs_from_the_units_temp_dir(tmp_path
     assert doctor_gather.Gatherer(_Module()).ray_logs({"vllm.service": {"LoadState": "loaded"}}) == {}
 
 
+def test_a_failing_ray_unit_is_read_with_the_attempts_before_its_current_one(tmp_path):
+    # On the lab: node2's raylet could not bind its port; systemd restarted ray-worker.service, and its current
+    # attempt had written nothing yet when the doctor read the node. The attempt before wrote raylet.1.out.
+    session = tmp_path / "session_x" / "logs"
+    session.mkdir(parents=True)
+    (tmp_path / "session_latest").symlink_to(session.parent.name)
+    (session / "raylet.out").write_text("the first raylet, healthy\n")
+    (session / "raylet.1.out").write_text((LOGS / "raylet-port-in-use" / "raylet.out").read_text())
+    for name, age in (("raylet.out", 3600), ("raylet.1.out", 40)):
+        when = time.time() - age
+        os.utime(session / name, (when, when))
+    started_us = int((time.monotonic() - 10) * 1e6)
+    exec_start = f"{{ path=/opt/v/bin/ray ; argv[]=/opt/v/bin/ray start --temp-dir {tmp_path} ; ignore_errors=no }}"
+
+    def read(state, sub_state):
+        units = {"ray-worker.service": {"LoadState": "loaded", "ActiveState": state, "SubState": sub_state,
+                                        "InactiveExitTimestampMonotonic": str(started_us), "ExecStart": exec_start}}
+        return doctor_gather.Gatherer(_Module()).ray_logs(units)["files"]
+
+    failing = read("activating", "auto-restart")
+    assert list(failing) == ["raylet.1.out"]
+    assert any("The specified port is 46380" in line for line in failing["raylet.1.out"]["lines"])
+    # a Ray that runs: only what its current start wrote
+    assert read("active", "running") == {}
+
+
 def test_a_saved_evidence_file_replays_the_ray_logs():
     """doctor-evidence.json keeps each node's gather whole: the lab's real Ray deployment (tests/fixtures/doctor/ray),
     node2's session logs holding the raylet's port failure, node2 gone from the head's list, replayed offline."""

@@ -19,6 +19,9 @@ DAEMON_FILES = (
     "raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err",
     "dashboard.log", "dashboard.err", "monitor.log", "monitor.err",
 )
+# A failing Ray unit's logs are read from this long before its current attempt: the attempts before it (the
+# restart back-off of ray_cluster's units reaches 60 s; ray start gives up on a raylet after about 30 s).
+FAILING_LOOKBACK_S = 300
 _INDEXED = re.compile(r"^(?P<stem>[a-z_]+)(?:\.\d+)?(?P<ext>\.(?:out|err|log))$")
 WORKER_FILE = re.compile(r"^(?:worker-.*\.(?:out|err)|python-core-worker-.*\.log)$")
 
