@@ -621,8 +621,7 @@ class Gatherer:
         # the unit that runs (or last ran) Ray here; an installed unit that never ran says nothing of the session
         running = [info for info in ray_units.values() if info.get("ActiveState") not in (None, "", "inactive")]
         since = unit_started(running or ray_units.values())
-        failing = any(info.get("ActiveState") in ("failed", "activating") for info in running)
-        if since is not None and failing and not any(info.get("ActiveState") == "active" for info in running):
+        if since is not None and any(_failing_or_restarted(info) for info in running):
             # a Ray unit that fails and restarts: its current attempt may not have written yet; the attempts
             # just before it did (a restarted raylet writes raylet.1.out, raylet.2.out, ...)
             since -= ray_logs.FAILING_LOOKBACK_S
@@ -868,6 +867,12 @@ class Gatherer:
         evidence["vllm_unit"] = self.params["vllm_unit"]
         evidence["errors"] = self.errors
         return evidence
+
+
+def _failing_or_restarted(info):
+    """Whether a unit fails, waits to restart, or has restarted since it was started by hand."""
+    restarts = str(info.get("NRestarts") or "0")
+    return info.get("ActiveState") in ("failed", "activating") or (restarts.isdigit() and int(restarts) > 0)
 
 
 def unit_started(units, monotonic=time.monotonic, now=time.time):

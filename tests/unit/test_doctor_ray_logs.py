@@ -377,15 +377,18 @@ def test_a_failing_ray_unit_is_read_with_the_attempts_before_its_current_one(tmp
     started_us = int((time.monotonic() - 10) * 1e6)
     exec_start = f"{{ path=/opt/v/bin/ray ; argv[]=/opt/v/bin/ray start --temp-dir {tmp_path} ; ignore_errors=no }}"
 
-    def read(state, sub_state):
+    def read(state, sub_state, restarts="0"):
         units = {"ray-worker.service": {"LoadState": "loaded", "ActiveState": state, "SubState": sub_state,
+                                        "NRestarts": restarts,
                                         "InactiveExitTimestampMonotonic": str(started_us), "ExecStart": exec_start}}
         return doctor_gather.Gatherer(_Module()).ray_logs(units)["files"]
 
     failing = read("activating", "auto-restart")
     assert list(failing) == ["raylet.1.out"]
     assert any("The specified port is 46380" in line for line in failing["raylet.1.out"]["lines"])
-    # a Ray that runs: only what its current start wrote
+    # restarted once and running its next attempt (ray start waits for a raylet that already died): the same
+    assert list(read("active", "running", restarts="1")) == ["raylet.1.out"]
+    # a Ray that runs and never restarted: only what its current start wrote
     assert read("active", "running") == {}
 
 
