@@ -59,7 +59,7 @@ _ERROR_RECORD = re.compile(
     r"|^\[Errno \d+\] |\b[a-z_]\w*(?:\.\w+)+(?:Error|Exception): "
     r"|^(?:[a-z_]\w*\.)+[A-Z]\w*: "  # any module-qualified exception type: "huggingface_hub.x.OfflineModeIsEnabled: "
     r"|^Traceback \(most recent call last\):"  # a traceback, even one the paste cut before its exception line
-    r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EFC] \d+ \d+\]"  # Ray's C++ log: "[2025-06-13 01:49:41,730 E 1 1]"
+    r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EFC] \d+ \d+\]"  # Ray's C++ log: "[YYYY-MM-DD 01:49:41,730 E 1 1]"
 )
 _UVICORN_ERROR = re.compile(r"^(?:ERROR|CRITICAL):")
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?:\([\w.]*\))?(?::\s|:?$)",

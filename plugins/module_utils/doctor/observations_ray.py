@@ -256,8 +256,8 @@ def ray_ran(lines):
     return any(_RAY_RECORD.search(line) for line in lines) or bool(ray_logs.failures(lines))
 
 
-# Ray's log records: the C++ daemons' "[2026-12-05 12:38:29,614 W 6904 6904]", the Python CLI's
-# "2026-12-05 12:37:36,632	INFO scripts.py:1043 --".
+# Ray's log records: the C++ daemons' "[YYYY-MM-DD 12:38:29,614 W 6904 6904]", the Python CLI's
+# "YYYY-MM-DD 12:37:36,632	INFO scripts.py:1043 --".
 _RAY_RECORD = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [IWEF] \d+ \d+\]"
                          r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(?:INFO|WARNING|ERROR|VINFO|SUCC) [\w.]+:\d+ --")
 

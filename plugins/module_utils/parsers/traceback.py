@@ -60,9 +60,9 @@ MAX_MESSAGE_LINES = 12
 _JOURNAL_PREFIXES = (
     # journalctl -o short: "Nov 30 03:04:05 node1 vllm[123]: "
     re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ [^\s:\[]+(?:\[\d+\])?: ?"),
-    # journalctl -o short-iso / short-iso-precise: "2026-11-30T03:04:05+0000 node1 vllm[123]: "
+    # journalctl -o short-iso / short-iso-precise: "YYYY-MM-DDT03:04:05+0000 node1 vllm[123]: "
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? \S+ [^\s:\[]+(?:\[\d+\])?: ?"),
-    # a collector's bracketed time: "[2026-01-28T23:59:42Z] "
+    # a collector's bracketed time: "[YYYY-MM-DDT23:59:42Z] "
     re.compile(r"^\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\] ?"),
     # docker compose logs: the service's name, padded, and a bar: "vllm-qwen-1  | "
     re.compile(r"^[A-Za-z0-9][\w.-]*\s+\| "),
@@ -76,7 +76,7 @@ _RANK = re.compile(r"^\[(?P<rank>(?:rank|default)\d+)\]: ?")
 _HEADERS = (
     # vLLM: "ERROR 12-02 10:03:49 [core.py:1510] " (0.4-era: no "[" before the file)
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./-]+:\d+\] ?"),
-    # Ray: "2026-11-30 04:27:24,104\tINFO scripts.py:1088 -- "
+    # Ray: "YYYY-MM-DD 04:27:24,104\tINFO scripts.py:1088 -- "
     re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|SUCC)\s+[\w./-]+:\d+ -- ?"),
     # torch (glog style): "E1202 09:56:48.357000 19491 torch/distributed/elastic/multiprocessing/api.py:1002] "
     re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./-]+:\d+\] ?"),
@@ -379,7 +379,7 @@ _C10D = re.compile(r"\[[EF](?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)?)? ?[\w./
 _C10D_ANY_LEVEL = re.compile(r"\[[IWEF](?:\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)?)? ?[\w./-]+\.(?:cpp|cc|cu|h):\d+\]")
 _GLOG_ERROR = re.compile(r"^[EF]\d{4} ")
 _ERRNO_LINE = re.compile(r"\[Errno -?\d+\]")
-# Ray's C++ core at level E, F or C (its fatal): "[2025-06-13 01:49:41,730 E 1 1] gcs_rpc_client.h:179: ..."
+# Ray's C++ core at level E, F or C (its fatal): "[YYYY-MM-DD 01:49:41,730 E 1 1] gcs_rpc_client.h:179: ..."
 _RAY_CPP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EFC] \d+ \d+\] ")
 # A CUDA runtime error printed by a C++ extension: "Cuda error: out of memory at csrc/cumem_allocator.cpp: 62"
 _CUDA_ERROR = re.compile(r"(?i)\bcuda error\b:? \S")

@@ -224,11 +224,11 @@ _IP = re.compile(r"ip=(?P<ip>[0-9A-Fa-f.:]+)\)")
 
 # Timestamps a line may carry, first match wins: a journal or collector prefix, then a log header.
 _LINE_TIMES = (
-    # journalctl -o short-iso[-precise]: "2026-11-30T03:04:05+0000 node1 vllm[1]: ", "[2026-01-28T23:59:42Z] "
+    # journalctl -o short-iso[-precise]: "YYYY-MM-DDT03:04:05+0000 node1 vllm[1]: ", "[YYYY-MM-DDT23:59:42Z] "
     re.compile(r"^\[?(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?P<zone>Z|[+-]\d\d:?\d\d)?)\]?\s"),
     # journalctl -o short: "Nov 30 03:04:05 node1 vllm[1]: "
     re.compile(r"^(?P<shown>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s"),
-    # a collector's or Ray's "2025-02-22 12:25:53"
+    # a collector's or Ray's "YYYY-MM-DD 12:25:53"
     re.compile(r"^(?P<shown>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"),
 )
 # vLLM's header "INFO 11-29 20:49:46 [file.py:1]", torch's "I1202 10:00:00.123 ...": month-day and time, no year.
