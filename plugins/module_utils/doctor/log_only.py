@@ -46,40 +46,21 @@ BLANKS = {
 }
 FINDING_FIELDS = ("title", "cause", "fix", "verify", "symptom")
 
-# Lines that say the process failed, wherever a paste put them (after "> ", "  | ", a collector's prefix): a log
-# record of level ERROR or CRITICAL (vLLM's header, Ray's, torch's glog E/F and c10's "[E file.cpp:1]", uvicorn's),
-# Ray's C++ E/F records, an exception line (a module-qualified exception anywhere in the line), a traceback's
-# first line, an OSError's "[Errno N]", pydantic's validation error, systemd's word on the unit, a command's "error:".
-_ERROR_RECORD = re.compile(
-    r"\b(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
-    r"|\s(?:ERROR|CRITICAL)\s+[\w./-]+:\d+ --"
-    r"|(?:^|[\s\[\]:|])[EF]\d{3,4} \d\d:\d\d:\d\d"
-    r"|\[[EF] [\w.]+:\d+\]"
-    r"|\d+ validation errors? for \w+|^Value error, "
-    r"|^\[Errno \d+\] |\b[a-z_]\w*(?:\.\w+)+(?:Error|Exception): "
-    r"|^(?:[a-z_]\w*\.)+[A-Z]\w*: "  # any module-qualified exception type: "huggingface_hub.x.OfflineModeIsEnabled: "
-    r"|^Traceback \(most recent call last\):"  # a traceback, even one the paste cut before its exception line
-    r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [EFC] \d+ \d+\]"  # Ray's C++ log: "[YYYY-MM-DD 01:49:41,730 E 1 1]"
-)
-_UVICORN_ERROR = re.compile(r"^(?:ERROR|CRITICAL):")
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?:\([\w.]*\))?(?::\s|:?$)",
-                             re.IGNORECASE)
+# What the parser of tracebacks and error lines does not count as an error, but ends a pasted log in one: a
+# traceback's first line (a paste cut before its exception), pydantic's validation error, systemd's word on the unit.
+_MORE_ERRORS = re.compile(
+    r"^Traceback \(most recent call last\):|\d+ validation errors? for \w+|^Value error, "
+    r"|\.service: (?:Failed with result|Main process exited, code=\w+, status=(?!0/))")
 _PASTE_JUNK = re.compile(r"^[\s>|`]+")
-_SYSTEMD_FAILED = re.compile(r"\.service: (?:Failed with result|Main process exited, code=\w+, status=(?!0/))")
-# A command's own error line: argparse's "api_server.py: error: unrecognized arguments", "docker: Error response
-# from daemon: ...", "nvidia-container-cli: requirement error: ...".
-_COMMAND_ERROR = re.compile(r"^[\w./-]+: (?:[\w-]+ )?[Ee]rror\b")
 
 
 def _error_lines(lines):
-    """Indexes of the lines that say something failed."""
+    """Indexes of the lines that say something failed: those of traceback.error_lines (a Python warning aside)
+    and the exception lines of tracebacks, then _MORE_ERRORS."""
     found = {record["line"] for record in parse_tracebacks(lines)}
-    found.update(item["line"] for item in error_lines(lines) if item["strong"])
+    found.update(item["line"] for item in error_lines(lines) if item["kind"] != "Python warning")
     for index, line in enumerate(lines):
-        _, _, header, body = split_line(line)
-        text = _PASTE_JUNK.sub("", body)
-        if (_ERROR_RECORD.search(line) or _ERROR_RECORD.search(text) or (header and _UVICORN_ERROR.match(header))
-                or _EXCEPTION_LINE.match(text) or _SYSTEMD_FAILED.search(text) or _COMMAND_ERROR.match(text)):
+        if _MORE_ERRORS.search(_PASTE_JUNK.sub("", split_line(line)[3])):
             found.add(index)
     return sorted(found)
 
