@@ -126,6 +126,13 @@ options:
         controller to compare with what C(systemctl show) and the running process show.
     type: dict
     default: {}
+  dropins_wanted:
+    description:
+      - Per unit (the doctor's names, such as C(vllm.service)), the drop-ins the inventory keeps
+        (C(vllm_service_dropins_wanted), C(ray_cluster_dropins_wanted)); returned as C(expected.dropins_wanted).
+        The others of the unit's own drop-in directories are foreign, as the deploy judges them.
+    type: dict
+    default: {}
   expected_mtu:
     description: The MTU every fabric interface must have (the inventory's C(nccl_network_mtu)); returned as C(expected.mtu).
     type: int
@@ -286,8 +293,8 @@ evidence:
       type: dict
     expected:
       description: >-
-        What the controller compares with (limits, mtu, startup_profile, startup_bounds), as O(expected_limits),
-        O(expected_mtu), O(startup_profile) and O(startup_bounds) gave it.
+        What the controller compares with (limits, mtu, dropins_wanted, startup_profile, startup_bounds), as
+        O(expected_limits), O(expected_mtu), O(dropins_wanted), O(startup_profile) and O(startup_bounds) gave it.
       type: dict
     errors:
       description: Commands that failed, with their message.
@@ -861,6 +868,8 @@ class Gatherer:
             "limits": {unit: {key: str(value) for key, value in (limits or {}).items()}
                        for unit, limits in (self.params["expected_limits"] or {}).items()},
             "mtu": self.params.get("expected_mtu"),
+            "dropins_wanted": {unit: [str(name) for name in names or []]
+                               for unit, names in (self.params["dropins_wanted"] or {}).items()},
             "startup_profile": self.params["startup_profile"],
             "startup_bounds": self.params["startup_bounds"],
         }
@@ -1192,6 +1201,7 @@ def main():
             "api_key_sha256": {"type": "str", "no_log": True},
             "expected_limits": {"type": "dict", "default": {}},
             "expected_mtu": {"type": "int"},
+            "dropins_wanted": {"type": "dict", "default": {}},
             "samples": {"type": "int", "default": 3},
             "ray_temp_dir": {"type": "path"},
             "ray_log_lines": {"type": "int", "default": 200},

@@ -273,6 +273,24 @@ def test_a_machine_wide_drop_in_every_node_has_is_not_an_override():
     assert not NEW & {f["id"] for f in diagnose(data)["findings"]}
 
 
+def test_a_drop_in_the_inventory_wants_is_not_an_override_and_another_still_is():
+    # vllm_service_dropins_wanted reaches the doctor as expected.dropins_wanted; fails if the doctor and the deploy
+    # disagree on what is foreign (the deploy keeps wanted.conf and removes cpu.conf).
+    data = healthy()
+    worker = gather(data, "node2")
+    wanted, foreign = "/etc/systemd/system/vllm.service.d/wanted.conf", "/run/systemd/system/vllm.service.d/cpu.conf"
+    worker["units"]["vllm.service"]["DropInPaths"] = wanted
+    worker["dropins"] = {"vllm.service": {wanted: {"lines": ["[Service]", "Nice=5"]}}}
+    worker.setdefault("expected", {})["dropins_wanted"] = {"vllm.service": ["wanted.conf"]}
+    assert "unit_overridden" not in {f["id"] for f in diagnose(data)["findings"]}
+    worker["units"]["vllm.service"]["DropInPaths"] = f"{wanted} {foreign}"
+    worker["dropins"]["vllm.service"][foreign] = {"lines": ["[Service]", "CPUQuota=3%"]}
+    top = top_fault(diagnose(data))
+    assert (top["id"], top["nodes"]) == ("unit_overridden", ["node2"])
+    assert f"node2: vllm.service carries {foreign} [CPUQuota=3%]" in evidence_text(top)
+    assert wanted not in evidence_text(top)
+
+
 def test_a_drop_in_that_lowers_a_limit_explains_the_limit():
     # The drop-in sets LimitNOFILE=1024: both findings, the drop-in first and the limit following from it. Fails if
     # the limit ranks first (its fix would not say where the change comes from).

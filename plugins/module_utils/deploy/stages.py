@@ -48,7 +48,7 @@ STAGES = (
     Stage(LAUNCH, "playbooks/launch.yml", None,
           "the launch mode's own bring-up (ray: `ray-head`/`ray-worker` units, wait until Ray reports every "
           "node and GPU; mp: none)",
-          "ray: the unit file and the `ray-head`/`ray-worker` unit"),
+          "ray: the unit file, its drop-in directory and the `ray-head`/`ray-worker` unit"),
     Stage("vllm", "playbooks/vllm.yml", "vllm_service",
           "env file, API key file and `vllm.service` per node from the plan, coordinated restarts (stop every "
           "node, then start every node), `/health`, smoke completion, rollback on failure",

@@ -17,6 +17,10 @@ from __future__ import annotations
 import math
 import re
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.unit_dropins import (
+    foreign_dropins,
+    unit_dropin_dir,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import (
     RAY_UNITS,
     VLLM_UNIT,
@@ -49,14 +53,16 @@ def _units(cluster, node, params):
 # --- drop-ins and Environment= --------------------------------------------------------------------------------
 
 
-def _own_dropin(path, unit_id):
-    """A drop-in written for this unit (in <unit>.d/), not one every service of the machine gets (service.d/)."""
-    return f"/{unit_id}.d/" in path
+def _foreign_dropins(node, unit, unit_id, paths):
+    """The unit's own drop-ins vllm-cluster did not write and the inventory does not want: the deploy's rule
+    (deploy/unit_dropins.py), with the wanted lists the doctor role passed (expected.dropins_wanted)."""
+    wanted = ((node.expected.get("dropins_wanted") or {}).get(unit)) or ()
+    return foreign_dropins(paths, unit_id, wanted)
 
 
 def obs_unit_overridden(cluster, params):
-    """A deployment unit carries a drop-in of its own (or one the other nodes do not have), or Environment= variables
-    its template does not write.
+    """A deployment unit carries a foreign drop-in of its own (deploy/unit_dropins.py: one the deploy removes), or
+    one the other nodes do not have (machine-wide), or Environment= variables its template does not write.
 
     params environment: {unit: [names its template sets]} (TEMPLATE_ENVIRONMENT); a unit not listed is not judged
     on its Environment=.
@@ -73,8 +79,10 @@ def obs_unit_overridden(cluster, params):
             paths = (info.get("DropInPaths") or "").split()
             others = [other for other in nodes if other is not node and other.installed(unit)]
             # A drop-in of the unit's own, or a machine-wide one the other nodes do not have.
-            odd = [path for path in paths if _own_dropin(path, unit_id) or (
-                others and any(path not in (other.unit(unit).get("DropInPaths") or "").split() for other in others))]
+            own = set(_foreign_dropins(node, unit, unit_id, paths))
+            odd = [path for path in paths if path in own or (
+                not unit_dropin_dir(path, unit_id)
+                and others and any(path not in (other.unit(unit).get("DropInPaths") or "").split() for other in others))]
             if unit == VLLM_UNIT and node.name in argv_drift:
                 odd = []
             # Environment= only where the template's variables are known: the Ray units take ray_cluster_environment,
