@@ -58,8 +58,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-reloaded: {description: Whether the table was loaded (in check mode - would be)., returned: always, type: bool}
-reason: {description: Why it was (or was not) loaded., returned: always, type: str}
+reloaded: {description: "Whether the table was loaded (in check mode - would be).", returned: always, type: bool}
+reason: {description: "Why it was (or was not) loaded.", returned: always, type: str}
 blocking:
   description: Rules of other tables that drop or reject a port of the deployment.
   returned: always
@@ -67,7 +67,7 @@ blocking:
   elements: dict
   sample: [{"family": "inet", "table": "foreign", "chain": "in", "handle": 2, "verdict": "drop", "port": 8000,
             "text": "tcp dport 8000 drop", "ignored": false, "message": "..."}]
-msg: {description: What was done, or the blocking rules named., returned: always, type: str}
+msg: {description: "What was done, or the blocking rules named.", returned: always, type: str}
 """
 
 import hashlib  # noqa: E402
