@@ -51,11 +51,20 @@ def _write(path, text):
             handle.write(text)
 
 
+def _shown_path(path):
+    """A path under the working directory as relative (results/<deployment>/doctor.md), any other as given."""
+    if not path:
+        return None
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
 def diagnose(args):
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import diagnosis
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import load_catalog_file
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import evidence_from_saved
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.report import (
+        first_finding,
         render_markdown,
         render_report,
     )
@@ -79,6 +88,7 @@ def diagnose(args):
         "warnings": report["warnings"],
         "deployment": report["deployment"],
         "top": faults[0] if faults else None,
+        "first_finding": first_finding(report, _shown_path(args.markdown)),
         "findings": [{"id": f["id"], "severity": f["severity"], "nodes": f["nodes"]} for f in report["findings"]],
         "lines": render_report(report, args.evidence_lines),
     }
