@@ -2,7 +2,7 @@
 """The doctor's controller side: diagnose saved evidence, or evaluate the seed's checklist.
 
     vllm_doctor.py diagnose --catalog signatures.yml --evidence doctor-evidence.json \
-        [--markdown doctor.md] [--json doctor.json] [--evidence-lines 8] \
+        [--markdown doctor.md] [--json doctor.json] [--evidence-lines 8] [--report-shown PATH] \
         [--prometheus http://10.0.0.5:9090 [--prometheus-lookback 5m]]
     vllm_doctor.py checklist --evidence checklist-evidence.json [--results DIR] \
         [--markdown checklist.md] [--json checklist.json]
@@ -51,14 +51,6 @@ def _write(path, text):
             handle.write(text)
 
 
-def _shown_path(path):
-    """A path under the working directory as relative (results/<deployment>/doctor.md), any other as given."""
-    if not path:
-        return None
-    relative = os.path.relpath(path)
-    return path if relative.startswith("..") else relative
-
-
 def diagnose(args):
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import diagnosis
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import load_catalog_file
@@ -88,7 +80,7 @@ def diagnose(args):
         "warnings": report["warnings"],
         "deployment": report["deployment"],
         "top": faults[0] if faults else None,
-        "first_finding": first_finding(report, _shown_path(args.markdown)),
+        "first_finding": first_finding(report, args.report_shown or args.markdown),
         "findings": [{"id": f["id"], "severity": f["severity"], "nodes": f["nodes"]} for f in report["findings"]],
         "lines": render_report(report, args.evidence_lines),
     }
@@ -121,6 +113,7 @@ def main(argv=None):
     one.add_argument("--markdown")
     one.add_argument("--json")
     one.add_argument("--evidence-lines", type=int, default=8)
+    one.add_argument("--report-shown", help="the Markdown report's path as the first finding names it")
     one.add_argument("--prometheus", help="a Prometheus that scrapes the deployment (role vllm_monitoring)")
     one.add_argument("--prometheus-lookback", default="5m", help="the trend's look-back (a Prometheus duration)")
     one.set_defaults(func=diagnose)
