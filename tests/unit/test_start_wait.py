@@ -20,7 +20,7 @@ from ansible_collections.vllm_ops.cluster.plugins.modules import vllm_topology
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_LOG = REPO / "tests" / "fixtures" / "vllm" / "lab" / "independent-dp3-node1.log"
-T0 = 1_796_255_000.0  # 2026-12-02T... UTC: the journal's first line
+T0 = 1_796_255_000.0  # when the journal's first line was written
 MINUTE = 60
 
 
