@@ -57,6 +57,25 @@ options:
         C(earlier_starts).
     type: int
     default: 0
+  startup_profile:
+    description:
+      - The stall bounds of vLLM's start-up phases (C(plugins/module_utils/parsers/vllm_phases.py)) - V(gpu) for
+        real GPU nodes, V(lab) for the CPU lab. Used with O(plan) to judge C(wait.state).
+    type: str
+    choices: [gpu, lab]
+    default: gpu
+  stall_timeout:
+    description:
+      - Seconds a start may stay in one phase before C(wait.state) is V(stalled); V(0) takes each phase's bound
+        from O(startup_profile).
+    type: int
+    default: 0
+  resume:
+    description:
+      - The C(wait) of the previous round's fact, when the wait runs in rounds (one module run each) - the start
+        followed (C(invocation_id)), the starts systemd replaced so far (C(earlier_starts)), and the phase and
+        since when an earlier round saw it (C(phase), C(since_epoch)).
+    type: dict
   tail:
     description: Keep this many last journal lines in the fact (C(journal_tail)) for diagnosis.
     type: int
@@ -148,7 +167,12 @@ ansible_facts:
           furthest process), C(finished), C(current) (the phase it is in now), C(title), C(line) (the journal line
           that showed it), C(since) (that line's journal time, UTC), C(text), C(complete), C(furthest) and
           C(processes) (each process and rank with its phase); null before vLLM's first phase line.
-        - Plus C(unit) (load/active/sub state, invocation id, main pid, restarts), C(waited_s),
+        - C(wait) (with O(plan)) - this round's verdict (C(plugins/module_utils/verify/start_wait.py)) - C(state)
+          (V(up), V(waiting), V(stalled) - no new phase within C(bound_s) - or V(failed)), C(phase), C(title),
+          C(since) (HH:MM:SS UTC), C(since_epoch), C(elapsed_s), C(bound_s), C(progress) (one line for the play's
+          output), C(ended) (why the round ended), C(invocation_id) and C(earlier_starts) (for O(resume)).
+        - Plus C(unit) (load/active/sub state, invocation id, main pid, restarts, C(state_since) and
+          C(state_since_epoch) - when it entered its state -, C(started_epoch)), C(waited_s),
           C(ready) (whether the wait ended because everything expected was there), C(journal_tail),
           C(earlier_starts) (starts systemd replaced while waiting, with their errors),
           and C(ray) (the joined Ray placement) or C(ray_error).
@@ -184,12 +208,14 @@ import time  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers import vllm_phases  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify import (
+    start_wait,  # noqa: E402
     topology_check,  # noqa: E402
     vllm_logs,  # noqa: E402
 )
 
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "InvocationID", "MainPID", "NRestarts",
-                   "ExecMainStartTimestamp")
+                   "ExecMainStartTimestamp", "ExecMainStartTimestampMonotonic", "StateChangeTimestamp",
+                   "StateChangeTimestampMonotonic")
 RUNNING_STATES = ("active", "activating", "reloading")
 
 
@@ -209,7 +235,21 @@ def unit_state(module, unit):
         "main_pid": int(values.get("MainPID") or 0),
         "restarts": int(values.get("NRestarts") or 0),
         "started": values.get("ExecMainStartTimestamp") or None,
+        "started_epoch": _epoch_of_monotonic(values.get("ExecMainStartTimestampMonotonic")),
+        "state_since": values.get("StateChangeTimestamp") or None,
+        "state_since_epoch": _epoch_of_monotonic(values.get("StateChangeTimestampMonotonic")),
     }
+
+
+def _epoch_of_monotonic(microseconds):
+    """systemd's CLOCK_MONOTONIC timestamp (microseconds) as seconds since the epoch; None when unset (0)."""
+    try:
+        value = int(microseconds or 0)
+    except ValueError:
+        return None
+    if value <= 0:
+        return None
+    return round(time.time() - (time.monotonic() - value / 1e6), 3)
 
 
 def read_journal(module, invocation_id):
@@ -262,6 +302,7 @@ def startup_phase(lines, times=None):
     return {
         "phase": entry["phase"], "finished": entry["finished"], "current": entry["current"],
         "title": vllm_phases.phase(entry["current"])["title"], "line": entry["line"], "since": entry["time"],
+        "since_epoch": entry["epoch"],
         "text": vllm_phases.describe(entry), "complete": report["complete"],
         "furthest": vllm_phases.describe(report["furthest"]),
         "processes": [{key: item[key] for key in ("process", "rank", "phase", "finished", "current", "time", "line")}
@@ -286,9 +327,12 @@ def collect(module):
     deadline = time.monotonic() + max(0, params["wait_timeout"])
     started = time.monotonic()
     ready = False
-    watched = None  # the start we follow; systemd gives every (re)start a new InvocationID
-    earlier = []  # why the starts that systemd replaced while we waited failed
+    resume = params["resume"] or {}
+    # The start we follow (systemd gives every (re)start a new InvocationID): an earlier round's, else the current.
+    watched = resume.get("invocation_id") or None
+    earlier = list(resume.get("earlier_starts") or [])  # why the starts that systemd replaced while we waited failed
     crashed = []
+    ended = "deadline"
     while True:
         unit = unit_state(module, params["unit"])
         watched = watched or unit["invocation_id"]
@@ -304,17 +348,23 @@ def collect(module):
                 crashed = [{**e, "line": f"(a start that failed; systemd restarted it) {e['line']}"} for e in errors]
         text = read_journal(module, unit["invocation_id"])
         topology = vllm_logs.parse_log(text)
-        if targets is None or crashed:
+        if targets is None:
+            break
+        if crashed:
+            ended = "failed"
             break
         if complete(topology, targets):
             ready = True
+            ended = "ready"
             break
         # The API server starts last: once it is up, no more start-up lines will come.
         if topology["server_url"] is not None and targets["server"]:
+            ended = "server"
             break
         may_restart = len(earlier) < params["restarts_allowed"]
         failing = unit["sub_state"] == "auto-restart" or bool(topology["errors"])
         if unit["active_state"] not in RUNNING_STATES or (failing and not may_restart):
+            ended = "failed"
             break
         if time.monotonic() >= deadline:
             break
@@ -328,6 +378,13 @@ def collect(module):
     topology["journal_tail"] = text.splitlines()[-params["tail"]:] if params["tail"] > 0 else []
     lines, times = read_journal_entries(module, unit["invocation_id"])
     topology["startup_phase"] = startup_phase(lines, times) if lines else startup_phase(text.splitlines())
+    if targets is not None:
+        report = start_wait.round_report(
+            params["host"], topology["startup_phase"], time.time(), ended=ended, unit=unit,
+            unit_started_epoch=unit["started_epoch"], unit_changed_epoch=unit["state_since_epoch"],
+            profile=params["startup_profile"], stall_timeout_s=params["stall_timeout"], resume=resume,
+        )
+        topology["wait"] = {**report, "invocation_id": watched, "earlier_starts": earlier, "ended": ended}
     ray = params["ray"] or {}
     if ray.get("enabled"):
         topology.update(read_ray(module, ray))
@@ -383,6 +440,10 @@ def main():
             "poll_interval": {"type": "float", "default": 2.0},
             "restarts_allowed": {"type": "int", "default": 0},
             "tail": {"type": "int", "default": 25},
+            "startup_profile": {"type": "str", "choices": sorted(vllm_phases.PROFILES),
+                                "default": vllm_phases.DEFAULT_PROFILE},
+            "stall_timeout": {"type": "int", "default": 0},
+            "resume": {"type": "dict"},
             "ray": {
                 "type": "dict",
                 "options": {

@@ -196,3 +196,32 @@ def render_markdown(report):
         if finding["references"]:
             out += ["", "References: " + "; ".join(finding["references"])]
     return "\n".join(out + changed) + "\n"
+
+
+def _one_line(text, limit=400):
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def first_finding(report, markdown_path=None):
+    """The report's first finding in one line, for a run that fails with it (the deploy's vllm and ray stages).
+
+    The first fault (the report's most likely cause), else the first warning; None without findings. Returns
+    {id, severity, host (its first node, else 'the cluster'), title, evidence (the first evidence line on that
+    node, else the first), fix, report (markdown_path), text: "<title> — <evidence> — fix: <fix> (doctor:
+    <report>)"}.
+    """
+    findings = report.get("findings") or []
+    chosen = next((f for f in findings if f["severity"] == "fault"), findings[0] if findings else None)
+    if chosen is None:
+        return None
+    host = chosen["nodes"][0] if chosen["nodes"] else "the cluster"
+    evidence = chosen.get("evidence") or []
+    item = next((e for e in evidence if e.get("node") == host), evidence[0] if evidence else None)
+    line = _one_line(f"[{item['source']}] {item['line']}") if item else _one_line(chosen["cause"])
+    title, fix = _one_line(chosen["title"]), _one_line(chosen["fix"])
+    text = f"{title} — {line} — fix: {fix}"
+    if markdown_path:
+        text += f" (doctor: {markdown_path})"
+    return {"id": chosen["id"], "severity": chosen["severity"], "host": host, "title": title, "evidence": line,
+            "fix": fix, "report": markdown_path, "text": text}

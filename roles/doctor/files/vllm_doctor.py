@@ -2,7 +2,7 @@
 """The doctor's controller side: diagnose saved evidence, or evaluate the seed's checklist.
 
     vllm_doctor.py diagnose --catalog signatures.yml --evidence doctor-evidence.json \
-        [--markdown doctor.md] [--json doctor.json] [--evidence-lines 8] \
+        [--markdown doctor.md] [--json doctor.json] [--evidence-lines 8] [--report-shown PATH] \
         [--prometheus http://10.0.0.5:9090 [--prometheus-lookback 5m]]
     vllm_doctor.py checklist --evidence checklist-evidence.json [--results DIR] \
         [--markdown checklist.md] [--json checklist.json]
@@ -56,6 +56,7 @@ def diagnose(args):
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.catalog import load_catalog_file
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.evidence import evidence_from_saved
     from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.report import (
+        first_finding,
         render_markdown,
         render_report,
     )
@@ -79,6 +80,7 @@ def diagnose(args):
         "warnings": report["warnings"],
         "deployment": report["deployment"],
         "top": faults[0] if faults else None,
+        "first_finding": first_finding(report, args.report_shown or args.markdown),
         "findings": [{"id": f["id"], "severity": f["severity"], "nodes": f["nodes"]} for f in report["findings"]],
         "lines": render_report(report, args.evidence_lines),
     }
@@ -111,6 +113,7 @@ def main(argv=None):
     one.add_argument("--markdown")
     one.add_argument("--json")
     one.add_argument("--evidence-lines", type=int, default=8)
+    one.add_argument("--report-shown", help="the Markdown report's path as the first finding names it")
     one.add_argument("--prometheus", help="a Prometheus that scrapes the deployment (role vllm_monitoring)")
     one.add_argument("--prometheus-lookback", default="5m", help="the trend's look-back (a Prometheus duration)")
     one.set_defaults(func=diagnose)
