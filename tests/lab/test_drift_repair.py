@@ -1,0 +1,240 @@
+"""Re-running deploy.yml repairs a drifted or broken deployment, or stops in bounded time naming host and cause.
+
+The lab's 2-node mp deployment (TP=2, head node1, headless worker node2), healthy
+and converged (the module before leaves it so). Each case breaks one thing by
+hand, as an operator or another tool would, then runs `deploy.yml` once, as an
+operator's first reflex:
+
+- a repair case passes when deploy.yml exits 0, the broken thing is back as
+  declared on the node, and the API answers a completion from the controller;
+- a failure case (what Ansible must not touch: another team's nftables table, a
+  full disk) passes when deploy.yml fails within the case's bound and its output
+  names the host and the cause; then the operator's own fix, and a second
+  deploy.yml must go green with no other step.
+
+Each case's time to repair (or to the clear failure) is printed and written to
+results/drift-repair.json. What would make a case fail: a stage skipped as
+converged while the thing is broken (its stamp misses it, or the health check
+does not see it), a foreign file kept, a rule left live, a restart that does
+not happen, a wait that does not stop, a message that names another host.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
+
+HEAD, WORKER = "node1", "node2"
+HOME = "/var/lib/vllm-cluster"
+ENV_FILE = "/etc/vllm-cluster/vllm.env"
+DROPIN_DIR = "/etc/systemd/system/vllm.service.d"
+MODEL_DIR = "/srv/models/tiny-llama"
+REPAIR_BOUND_S = 900  # one deploy.yml that restarts vLLM on the lab (vLLM's own start is 60-90 s of it)
+FAIL_BOUND_S = 300  # a clear failure: no vLLM start is waited for
+RESULTS = Path(__file__).resolve().parents[2] / "results" / "drift-repair.json"
+TIMINGS: dict[str, dict] = {}
+
+
+@pytest.fixture(scope="module")
+def deployed(shared_lab, tiny_model):
+    """The lab's own deployment, verified and converged (deploy.yml; stages that hold are skipped)."""
+    shared_lab.ansible_playbook("deploy.yml", timeout=2400)
+    yield shared_lab
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(TIMINGS, indent=2, sort_keys=True) + "\n")
+    print("\ncase                         outcome     seconds")
+    for case, row in TIMINGS.items():
+        print(f"{case:<28} {row['outcome']:<11} {row['seconds']:7.1f}")
+
+
+def api(lab, path, body=None, timeout=60):
+    request = urllib.request.Request(
+        f"http://{lab.management_address(HEAD)}:8000{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {lab.api_key}"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def answers(lab, timeout=60) -> bool:
+    """One completion from the controller, as a client sends it."""
+    try:
+        model = api(lab, "/v1/models", timeout=timeout)["data"][0]["id"]
+        reply = api(lab, "/v1/completions", {"model": model, "prompt": "The quick brown fox", "max_tokens": 4,
+                                             "temperature": 0, "ignore_eos": True}, timeout)
+    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError):
+        return False
+    return reply["usage"]["completion_tokens"] == 4
+
+
+def unit(lab, node, *props):
+    shown = lab.ssh(node, f"systemctl show -p {','.join(props)} vllm.service").stdout
+    return dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+
+
+def deploy(lab):
+    started = time.monotonic()
+    proc = lab.ansible_playbook("deploy.yml", check=False, timeout=2400)
+    return proc, time.monotonic() - started
+
+
+def output_of(proc) -> str:
+    return proc.stdout + proc.stderr
+
+
+def repaired(lab, case, check) -> str:
+    """deploy.yml once: exit 0, `check()` holds on the node, a completion answers. Returns its output."""
+    proc, seconds = deploy(lab)
+    out = output_of(proc)
+    TIMINGS[case] = {"outcome": "repaired" if proc.returncode == 0 else "not repaired", "seconds": round(seconds, 1)}
+    assert proc.returncode == 0, f"deploy.yml did not repair {case} (exit {proc.returncode}):\n{out[-6000:]}"
+    assert seconds < REPAIR_BOUND_S, f"{case}: deploy.yml took {seconds:.0f} s (bound {REPAIR_BOUND_S} s)"
+    problem = check()
+    assert not problem, f"{case}: deploy.yml exited 0 but {problem}:\n{out[-4000:]}"
+    assert answers(lab), f"{case}: deploy.yml exited 0 but the API does not answer a completion:\n{out[-4000:]}"
+    return out
+
+
+def failed_clearly(lab, case, host, words) -> str:
+    """deploy.yml once: fails within FAIL_BOUND_S, its failure names `host` and every one of `words`."""
+    proc, seconds = deploy(lab)
+    out = output_of(proc)
+    TIMINGS[case] = {"outcome": "failed" if proc.returncode else "exit 0", "seconds": round(seconds, 1)}
+    assert proc.returncode != 0, f"{case}: deploy.yml exited 0 on a deployment it cannot repair:\n{out[-4000:]}"
+    assert seconds < FAIL_BOUND_S, f"{case}: deploy.yml took {seconds:.0f} s to fail (bound {FAIL_BOUND_S} s)"
+    failures = "\n".join(line for line in out.splitlines() if line.startswith(("fatal:", "failed:")) or "msg" in line)
+    for word in [host, *words]:
+        assert word in failures, f"{case}: the failure does not name {word!r}:\n{failures[-4000:]}"
+    return out
+
+
+def green_after_fix(lab, case):
+    proc, seconds = deploy(lab)
+    TIMINGS[case + " (after the fix)"] = {"outcome": "repaired" if proc.returncode == 0 else "not repaired",
+                                         "seconds": round(seconds, 1)}
+    assert proc.returncode == 0, (f"{case}: after the operator's fix deploy.yml still fails:\n"
+                                  f"{output_of(proc)[-6000:]}")
+    assert answers(lab), f"{case}: after the operator's fix deploy.yml exited 0 but no completion answers"
+
+
+@pytest.fixture
+def lab(deployed):
+    """A healthy deployment before each case (a case that failed leaves one put right by a full run)."""
+    if not answers(deployed):
+        deployed.ansible_playbook("deploy.yml", "-e", "vllm_cluster_full_run=true", timeout=2400)
+    return deployed
+
+
+def test_service_home_chowned_to_root(lab):
+    lab.ssh(HEAD, f"chown root:root {HOME} && chmod 0700 {HOME}")
+
+    def check():
+        owner = lab.ssh(HEAD, f"stat -c '%U %a' {HOME}").stdout.split()
+        return "" if owner[0] == "vllm" else f"{HOME} is owned by {owner[0]} (mode {owner[1]})"
+    repaired(lab, "home owner and mode", check)
+
+
+def test_foreign_dropin_is_removed(lab):
+    lab.ssh(WORKER, f"mkdir -p {DROPIN_DIR} && printf '[Service]\\nCPUQuota=3%%\\n' > {DROPIN_DIR}/50-quota.conf"
+                    " && systemctl daemon-reload")
+
+    def check():
+        paths = lab.ssh(WORKER, "systemctl show -p DropInPaths vllm.service").stdout.strip()
+        quota = lab.ssh(WORKER, "systemctl show -p CPUQuotaPerSecUSec vllm.service").stdout.strip()
+        return "" if "50-quota.conf" not in paths and quota.endswith("infinity") else f"{paths}; {quota}"
+    out = repaired(lab, "foreign drop-in", check)
+    assert "50-quota.conf" in out, "deploy.yml removed the drop-in without naming it"
+
+
+def test_edited_environment_file_is_restored(lab):
+    before = lab.ssh(HEAD, f"sha256sum {ENV_FILE}").stdout.split()[0]
+    invocation = unit(lab, HEAD, "InvocationID")["InvocationID"]
+    lab.ssh(HEAD, f"echo VLLM_LOGGING_LEVEL=DEBUG >> {ENV_FILE}")
+
+    def check():
+        now = lab.ssh(HEAD, f"sha256sum {ENV_FILE}").stdout.split()[0]
+        if now != before:
+            return f"{ENV_FILE} still differs from what the deployment wrote"
+        if unit(lab, HEAD, "InvocationID")["InvocationID"] == invocation:
+            return "vLLM was not restarted onto the restored file"
+        return ""
+    repaired(lab, "environment file edited", check)
+
+
+def test_stopped_unit_is_started(lab):
+    lab.ssh(WORKER, "systemctl stop vllm.service")
+
+    def check():
+        states = [unit(lab, node, "ActiveState")["ActiveState"] for node in (HEAD, WORKER)]
+        return "" if states == ["active", "active"] else f"vllm.service is {states} on {HEAD}, {WORKER}"
+    repaired(lab, "unit stopped", check)
+
+
+def test_runtime_mask_is_lifted(lab):
+    lab.ssh(WORKER, "systemctl mask --runtime vllm.service && systemctl stop vllm.service")
+
+    def check():
+        state = unit(lab, WORKER, "UnitFileState", "ActiveState")
+        return "" if state == {"UnitFileState": "enabled", "ActiveState": "active"} else f"{WORKER}: {state}"
+    repaired(lab, "unit masked", check)
+
+
+def test_frozen_rank_processes_are_restarted(lab):
+    lab.ssh(WORKER, "for p in $(cat /sys/fs/cgroup/system.slice/vllm.service/cgroup.procs); do kill -STOP $p; done")
+
+    def check():
+        stopped = lab.ssh(WORKER, "for p in $(cat /sys/fs/cgroup/system.slice/vllm.service/cgroup.procs); do "
+                                  "awk '{print $3}' /proc/$p/stat; done | grep -c '^[Tt]$' || true").stdout.strip()
+        return "" if stopped == "0" else f"{stopped} of vLLM's processes on {WORKER} are still stopped"
+    out = repaired(lab, "rank processes frozen", check)
+    assert "nothing to do" not in out
+
+
+def test_model_file_changed_is_restaged(lab):
+    before = lab.ssh(WORKER, f"sha256sum {MODEL_DIR}/config.json").stdout.split()[0]
+    lab.ssh(WORKER, f"echo ' ' >> {MODEL_DIR}/config.json")
+
+    def check():
+        now = lab.ssh(WORKER, f"sha256sum {MODEL_DIR}/config.json").stdout.split()[0]
+        return "" if now == before else f"{MODEL_DIR}/config.json on {WORKER} still differs from the staged model"
+    repaired(lab, "model file changed", check)
+
+
+def test_rule_added_to_our_table_is_reloaded_away(lab):
+    lab.ssh(HEAD, "nft insert rule inet vllm_cluster input tcp dport 8000 drop")
+    assert not answers(lab, timeout=5)
+
+    def check():
+        rules = lab.ssh(HEAD, "nft list table inet vllm_cluster").stdout
+        return "" if "tcp dport 8000 drop" not in rules else "the hand-added drop rule is still live"
+    repaired(lab, "rule added to our nftables table", check)
+
+
+def test_rule_in_another_table_is_named_then_green_after_its_removal(lab):
+    lab.ssh(HEAD, "nft add table inet ops_block && "
+                  "nft add chain inet ops_block input '{ type filter hook input priority -10; }' && "
+                  "nft add rule inet ops_block input tcp dport 8000 drop")
+    try:
+        failed_clearly(lab, "rule in another nftables table", HEAD, ["ops_block", "8000"])
+    finally:
+        lab.ssh(HEAD, "nft delete table inet ops_block", check=False)  # the operator's own fix
+    green_after_fix(lab, "rule in another nftables table")
+
+
+@pytest.mark.lab_extended
+def test_full_cache_filesystem_is_named_then_green_after_it_is_freed(lab):
+    cache = f"{HOME}/.cache"
+    lab.ssh(HEAD, f"mkdir -p {cache} && mount -t tmpfs -o size=1m,uid=$(id -u vllm) tmpfs {cache} && "
+                  f"(dd if=/dev/zero of={cache}/filler bs=64k 2>/dev/null || true) && systemctl stop vllm.service")
+    try:
+        failed_clearly(lab, "cache filesystem full", HEAD, ["space"])
+    finally:
+        lab.ssh(HEAD, f"umount {cache}", check=False)  # the operator frees the disk
+    green_after_fix(lab, "cache filesystem full")
