@@ -11,7 +11,8 @@ description:
   - deploy.yml's converged check (C(playbooks/converged.yml)) skips a stage only when the deployment answers a real
     completion from the controller. Each target gets C(POST /v1/completions) (C(max_tokens) 1, the API key as a
     bearer token), all at once, each bounded by O(timeout).
-  - Returns the findings, one per target that did not answer a completion
+  - >-
+    Returns the findings, one per target that did not answer a completion
     (C(controller: POST http://10.0.0.1:8000/v1/completions timed out after 10 s)); none when every one did.
     The wording is C(plugins/module_utils/deploy/health.py)'s.
 options:
@@ -45,11 +46,10 @@ _raw:
   elements: str
 """
 
-import socket  # noqa: E402
 import urllib.error  # noqa: E402
-import urllib.request  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
+from ansible.module_utils.urls import open_url  # noqa: E402
 from ansible.plugins.lookup import LookupBase  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import health  # noqa: E402
 
@@ -57,18 +57,18 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import hea
 def ask(target, api_key, timeout):
     """One probe -> its finding or None. The proxy settings of the environment apply, as for any client."""
     url, body, headers = health.completion_request(target, api_key)
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (http only, from the plan)
+        response = open_url(url, data=body, headers=headers, method="POST", timeout=timeout)
+        with response:
             return health.completion_problem(target, timeout, status=response.status,
                                              body=response.read(65536).decode("utf-8", "replace"))
     except urllib.error.HTTPError as error:
         return health.completion_problem(target, timeout, status=error.code,
                                          body=error.read(4096).decode("utf-8", "replace"))
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         return health.completion_problem(target, timeout, timed_out=True)
     except urllib.error.URLError as error:
-        if isinstance(error.reason, (TimeoutError, socket.timeout)):
+        if isinstance(error.reason, TimeoutError):
             return health.completion_problem(target, timeout, timed_out=True)
         return health.completion_problem(target, timeout, error=str(error.reason))
     except (OSError, ValueError) as error:

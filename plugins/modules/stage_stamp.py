@@ -17,7 +17,8 @@ description:
   - V(check) reads the stamps of O(stages) and collects the same evidence
     again; a stage converged on this node has no C(reasons). deploy.yml then
     skips the stages converged on every node (plugins/module_utils/deploy/stage_stamp.py).
-  - V(check) also reads the health of O(health_units) (the deployment's units): a unit failed or restarting over
+  - >-
+    V(check) also reads the health of O(health_units) (the deployment's units): a unit failed or restarting over
     and over, or processes of its cgroup stopped (state T), is a finding in C(health_problems); deploy.yml then
     skips no stage (plugins/module_utils/deploy/health.py).
   - V(absent) removes the stamps of O(stages) before they run again, so a

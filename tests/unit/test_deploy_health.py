@@ -134,10 +134,13 @@ class Handler(BaseHTTPRequestHandler):
         else:
             code, answer = 200, {"choices": [{"text": "!"}], "model": request["model"]}
         data = json.dumps(answer).encode()
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a timeout under test)
 
     def log_message(self, *args):
         pass
@@ -164,6 +167,71 @@ def test_the_controller_asks_for_a_completion_and_names_what_failed():
                       "sk-1", 5)
         assert refused.startswith(f"controller: POST http://127.0.0.1:{closed_port}/v1/completions failed: ")
         assert "refused" in refused.lower()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_converged_yml_skips_only_when_the_controller_gets_a_completion_and_prints_why_not(tmp_path):
+    """playbooks/converged.yml through ansible-playbook: every stamp recorded, then checked twice (API up, API frozen)."""
+    import yaml
+    from test_facts_modules import ANSIBLE, MODULE_PYTHON, REPO
+
+    frozen = threading.Event()
+
+    class Api(Handler):
+        def do_POST(self):  # noqa: N802
+            if frozen.is_set():
+                time.sleep(3)
+            super().do_POST()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # systemctl as a node without the unit installed: units are read, none is ours to judge.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "systemctl").write_text("#!/bin/sh\nprintf 'LoadState=not-found\\nActiveState=inactive\\n"
+                                    "SubState=dead\\nNRestarts=0\\nControlGroup=\\nMainPID=0\\nInvocationID=\\n'\n")
+    (fake / "systemctl").chmod(0o755)
+    plan = {"deployment": "vllm", "backend": "mp", "ports": {"api": server.server_port},
+            "service": {"unit": "vllm.service", "stage_dir": str(tmp_path / "stages")},
+            "nodes": [{"host": "node1", "node_rank": 0, "runs_vllm": True, "headless": False,
+                       "argv": ["vllm", "serve", "m", "--host", "127.0.0.1"]}]}
+    record = {"hosts": "node1", "gather_facts": False, "tasks": [{
+        "name": "Record every stage", "vllm_ops.cluster.stage_stamp": {
+            "state": "record", "dir": str(tmp_path / "stages"), "stage": "{{ item }}",
+            "digest": "{{ vllm_cluster_stage_digest }}"},
+        "loop": ["preflight", "network", "firewall", "runtime", "vllm", "verify"]}]}
+    converged = {"ansible.builtin.import_playbook": str(REPO / "playbooks" / "converged.yml")}
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump([converged, record, converged]))
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"vllm_nodes": {"hosts": {"node1": {
+        "ansible_connection": "local", "ansible_python_interpreter": MODULE_PYTHON}}}}}}))
+    extra = {"vllm_cluster_plan": plan, "vllm_cluster_deployment_hosts": ["node1"], "vllm_cluster_api_key": "sk-1",
+             "vllm_cluster_converged_probe_timeout_s": 1}
+
+    def summaries():
+        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+                   PATH=f"{fake}:{os.environ['PATH']}")
+        proc = subprocess.run([str(ANSIBLE.with_name("ansible-playbook")), "-i", str(inventory), str(playbook),
+                               "-e", json.dumps(extra)], cwd=REPO, capture_output=True, text=True, timeout=300,
+                              check=False, env=env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        return [task["hosts"]["node1"]["msg"] for play in json.loads(proc.stdout)["plays"] for task in play["tasks"]
+                if task["task"]["name"] == "Print what runs and why"]
+
+    url = f"http://127.0.0.1:{server.server_port}/v1/completions"
+    try:
+        first, second = summaries()
+        assert first[0] == "runs: preflight, network, firewall, runtime, vllm, verify"
+        assert second[:2] == ["converged on every node, skipped: preflight, network, firewall, runtime, vllm, verify",
+                              "nothing to do: every stage holds on every node"]
+        frozen.set()
+        _, frozen_run = summaries()
+        assert frozen_run == ["no stage skipped: the deployment is not healthy",
+                              f"  controller: POST {url} timed out after 1 s",
+                              "runs: preflight, network, firewall, runtime, vllm, verify"]
     finally:
         server.shutdown()
         server.server_close()
