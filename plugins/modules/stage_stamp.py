@@ -136,6 +136,7 @@ import os  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.health import (  # noqa: E402
@@ -203,21 +204,30 @@ def main():
         return os.path.join(params["dir"], f"{stage}.json")
 
     if params["state"] == "check":
-        report = {}
-        for stage in params["stages"]:
+        # Every stage's evidence and every unit's health at once: each is a few reads and subprocesses, and the
+        # no-op re-run of deploy.yml waits for this one module run on every node.
+        def check_stage(stage):
             stamp = read_stamp(stamp_path(stage))
             current = None
             if stamp and stamp.get("digest") == params["digest"]:
                 try:
                     current = collect_again(stamp, run)
                 except (StampError, OSError) as error:
-                    report[stage] = {"reasons": [f"evidence unreadable: {error}"], "recorded_at": stamp.get("recorded_at")}
-                    continue
-            report[stage] = {"reasons": differences(stamp, params["digest"], current),
-                             "recorded_at": (stamp or {}).get("recorded_at")}
+                    return stage, {"reasons": [f"evidence unreadable: {error}"],
+                                   "recorded_at": stamp.get("recorded_at")}
+            return stage, {"reasons": differences(stamp, params["digest"], current),
+                           "recorded_at": (stamp or {}).get("recorded_at")}
+
+        def read_unit(unit):
+            return (unit, *run(["systemctl", "show", "-p", ",".join(UNIT_PROPERTIES), "--", unit]))
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            checks = pool.map(check_stage, params["stages"])
+            shown = pool.map(read_unit, params["health_units"])
+            report = {stage: entry for stage, entry in checks}
+            shown = list(shown)
         units = {}
-        for unit in params["health_units"]:
-            rc, out, err = run(["systemctl", "show", "-p", ",".join(UNIT_PROPERTIES), "--", unit])
+        for unit, rc, out, err in shown:
             if rc != 0:
                 module.fail_json(msg=f"host {host}: systemctl show {unit} exited {rc}: {err.strip()}")
             units[unit] = unit_health(out)
