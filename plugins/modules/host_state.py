@@ -29,7 +29,7 @@ options:
     elements: str
     default: []
   units:
-    description: systemd units whose load, active and unit-file state is wanted.
+    description: systemd units whose load, active and unit-file state, and stopped processes, are wanted.
     type: list
     elements: str
     default: []
@@ -67,11 +67,13 @@ users:
   returned: always
   type: dict
 units:
-  description: Per unit - load_state, active_state, sub_state, unit_file_state, fragment_path.
+  description: >-
+    Per unit - load_state, active_state, sub_state, unit_file_state, fragment_path, and stopped_pids (its
+    processes in state T, e.g. after SIGSTOP: running, yet answering nothing).
   returned: always
   type: dict
   sample: {"vllm.service": {"load_state": "loaded", "active_state": "active", "sub_state": "running",
-           "unit_file_state": "enabled", "fragment_path": "/etc/systemd/system/vllm.service"}}
+           "unit_file_state": "enabled", "fragment_path": "/etc/systemd/system/vllm.service", "stopped_pids": []}}
 systemd_version:
   description: systemd's major version (0 when systemctl is missing or unreadable).
   returned: always

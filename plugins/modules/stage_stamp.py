@@ -17,6 +17,10 @@ description:
   - V(check) reads the stamps of O(stages) and collects the same evidence
     again; a stage converged on this node has no C(reasons). deploy.yml then
     skips the stages converged on every node (plugins/module_utils/deploy/stage_stamp.py).
+  - >-
+    V(check) also reads the health of O(health_units) (the deployment's units): a unit failed or restarting over
+    and over, or processes of its cgroup stopped (state T), is a finding in C(health_problems); deploy.yml then
+    skips no stage (plugins/module_utils/deploy/health.py).
   - V(absent) removes the stamps of O(stages) before they run again, so a
     stage that fails never keeps an earlier record.
 options:
@@ -37,9 +41,21 @@ options:
     description: The run's input digest for this node (V(check), V(record)).
     type: str
   paths:
-    description: Files or directories (one level deep) the stage manages or reads (V(record)).
+    description: >-
+      Files or directories the stage manages or reads (V(record)): a file's owner, mode and content, a directory's
+      owner and mode and its entries one level deep (a child directory by its owner and mode).
     type: list
     elements: path
+    default: []
+  dirs:
+    description: Directories whose own owner and mode must stay, whatever they hold (a home, a cache) (V(record)).
+    type: list
+    elements: path
+    default: []
+  health_units:
+    description: The deployment's units whose health V(check) reads (failed, restarting, processes stopped).
+    type: list
+    elements: str
     default: []
   units:
     description: systemd units whose state and invocation must stay as they were (V(record)).
@@ -96,6 +112,18 @@ stages:
   type: dict
   sample: {"runtime": {"reasons": [], "recorded_at": "2026-11-30T15:40:02Z"},
            "vllm": {"reasons": ["/etc/vllm-cluster/vllm.env is gone"], "recorded_at": "2026-11-30T15:41:10Z"}}
+health:
+  description: V(check) - per unit of O(health_units), its load, active and sub state, restarts and stopped pids.
+  returned: state=check
+  type: dict
+  sample: {"vllm.service": {"load_state": "loaded", "active_state": "active", "sub_state": "running",
+           "restarts": 0, "stopped_pids": [4312, 4377]}}
+health_problems:
+  description: V(check) - what is wrong with those units, one line each ([] when healthy).
+  returned: state=check
+  type: list
+  elements: str
+  sample: ["vllm.service processes stopped (pids 4312, 4377 in state T)"]
 removed:
   description: V(absent) - the stamp files removed (or that would be, in check mode).
   returned: state=absent
@@ -108,14 +136,20 @@ import os  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.health import (  # noqa: E402
+    UNIT_PROPERTIES,
+    node_problems,
+    unit_health,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.stage_stamp import (  # noqa: E402
     STAGES,
     StampError,
+    collect_again,
     collect_evidence,
     differences,
-    evidence_request,
     same_record,
     stamp_document,
 )
@@ -151,6 +185,8 @@ def main():
             "stage": {"type": "str"},
             "digest": {"type": "str"},
             "paths": {"type": "list", "elements": "path", "default": []},
+            "dirs": {"type": "list", "elements": "path", "default": []},
+            "health_units": {"type": "list", "elements": "str", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
             "probes": {"type": "list", "elements": "list", "default": []},
             "dir": {"type": "path", "default": "/etc/vllm-cluster/stages"},
@@ -168,19 +204,34 @@ def main():
         return os.path.join(params["dir"], f"{stage}.json")
 
     if params["state"] == "check":
-        report = {}
-        for stage in params["stages"]:
+        # Every stage's evidence and every unit's health at once: each is a few reads and subprocesses, and the
+        # no-op re-run of deploy.yml waits for this one module run on every node.
+        def check_stage(stage):
             stamp = read_stamp(stamp_path(stage))
             current = None
             if stamp and stamp.get("digest") == params["digest"]:
                 try:
-                    current = collect_evidence(*evidence_request(stamp), run)
+                    current = collect_again(stamp, run)
                 except (StampError, OSError) as error:
-                    report[stage] = {"reasons": [f"evidence unreadable: {error}"], "recorded_at": stamp.get("recorded_at")}
-                    continue
-            report[stage] = {"reasons": differences(stamp, params["digest"], current),
-                             "recorded_at": (stamp or {}).get("recorded_at")}
-        module.exit_json(changed=False, stages=report)
+                    return stage, {"reasons": [f"evidence unreadable: {error}"],
+                                   "recorded_at": stamp.get("recorded_at")}
+            return stage, {"reasons": differences(stamp, params["digest"], current),
+                           "recorded_at": (stamp or {}).get("recorded_at")}
+
+        def read_unit(unit):
+            return (unit, *run(["systemctl", "show", "-p", ",".join(UNIT_PROPERTIES), "--", unit]))
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            checks = pool.map(check_stage, params["stages"])
+            shown = pool.map(read_unit, params["health_units"])
+            report = {stage: entry for stage, entry in checks}
+            shown = list(shown)
+        units = {}
+        for unit, rc, out, err in shown:
+            if rc != 0:
+                module.fail_json(msg=f"host {host}: systemctl show {unit} exited {rc}: {err.strip()}")
+            units[unit] = unit_health(out)
+        module.exit_json(changed=False, stages=report, health=units, health_problems=node_problems(units))
 
     if params["state"] == "absent":
         removed = [stamp_path(stage) for stage in params["stages"] if os.path.lexists(stamp_path(stage))]
@@ -190,7 +241,7 @@ def main():
         module.exit_json(changed=bool(removed), removed=removed)
 
     try:
-        evidence = collect_evidence(params["paths"], params["units"], params["probes"], run)
+        evidence = collect_evidence(params["paths"], params["units"], params["probes"], run, dirs=params["dirs"])
     except (StampError, OSError) as error:
         module.fail_json(msg=f"host {host}: cannot record stage {params['stage']}: {error}")
     document = stamp_document(params["stage"], params["digest"], evidence,

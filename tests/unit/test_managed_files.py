@@ -143,7 +143,7 @@ def test_host_state_reads_paths_users_units_and_the_systemd_version(tmp_path):
            "FragmentPath=/etc/systemd/system/vllm.service\n"
     assert host_state.unit_state(show) == {"load_state": "loaded", "active_state": "failed", "sub_state": "failed",
                                            "unit_file_state": "enabled",
-                                           "fragment_path": "/etc/systemd/system/vllm.service"}
+                                           "fragment_path": "/etc/systemd/system/vllm.service", "stopped_pids": []}
     assert host_state.unit_state("LoadState=not-found\nActiveState=inactive\n")["active_state"] == "inactive"
 
 

@@ -20,7 +20,7 @@ def record(paths=(), units=(), probes=()):
 
 
 def again(stamp):
-    return stamps.collect_evidence(*stamps.evidence_request(stamp), run)
+    return stamps.collect_again(stamp, run)
 
 
 def test_a_stamp_holds_until_a_file_probe_or_input_changes(tmp_path):
@@ -75,7 +75,7 @@ def test_a_unit_that_stopped_or_restarted_is_named():
 def test_only_a_converged_prefix_of_stages_is_skipped_and_every_node_must_agree():
     converged = {stage: [] for stage in stamps.STAGES}
     both = {"node1": dict(converged), "node2": dict(converged)}
-    assert stamps.stages_to_run(both) == {"skip": list(stamps.STAGES), "run": [], "reasons": {}}
+    assert stamps.stages_to_run(both) == {"skip": list(stamps.STAGES), "run": [], "reasons": {}, "unhealthy": []}
     # vllm.env gone on node2: vllm and everything after it run, even though verify still holds there.
     both["node2"] = dict(converged, vllm=["/etc/vllm-cluster/vllm.env is gone"])
     decision = stamps.stages_to_run(both)
@@ -186,3 +186,62 @@ def test_the_module_records_checks_and_clears_through_ansible(tmp_path):
     assert recorded["stage"] == "vllm" and recorded["digest"] == "d2" and str(env) in recorded["evidence"]["paths"]
     assert result["unknown stage"]["failed"] and "unknown stage(s) vllmm" in result["unknown stage"]["msg"]
 
+
+
+def test_a_directory_owner_or_mode_change_is_named_and_a_cache_dir_counts_only_by_its_owner(tmp_path):
+    home = tmp_path / "home"
+    (home / ".cache").mkdir(parents=True)
+    os.chmod(home, 0o750)
+    os.chmod(home / ".cache", 0o750)
+    stamp = stamps.stamp_document("runtime", "d1", stamps.collect_evidence(
+        [str(home)], [], [], run, dirs=[str(home / ".cache")]), "2026-11-30T00:00:00Z")
+    uid, gid = os.getuid(), os.getgid()
+    assert stamp["evidence"]["paths"][str(home)] == {"dir": {".cache": f"dir:750:{uid}:{gid}"},
+                                                     "owner": f"750:{uid}:{gid}"}
+    assert stamp["evidence"]["dirs"] == {str(home / ".cache"): f"750:{uid}:{gid}"}
+    # What vLLM writes inside a cache directory changes nothing.
+    (home / ".cache" / "vllm").mkdir()
+    assert stamps.differences(stamp, "d1", again(stamp)) == []
+    # The home's own mode, a child directory's mode, the cache directory's mode: each one is named.
+    os.chmod(home, 0o755)
+    assert stamps.differences(stamp, "d1", again(stamp)) == [f"{home}: mode:uid:gid 750:{uid}:{gid} -> 755:{uid}:{gid}"]
+    os.chmod(home, 0o750)
+    os.chmod(home / ".cache", 0o700)
+    assert stamps.differences(stamp, "d1", again(stamp)) == [
+        f"{home}: .cache changed", f"{home / '.cache'}: mode:uid:gid 750:{uid}:{gid} -> 700:{uid}:{gid}"]
+    os.chmod(home / ".cache", 0o750)
+    (home / ".cache" / "vllm").rmdir()
+    (home / ".cache").rmdir()
+    assert stamps.differences(stamp, "d1", again(stamp)) == [
+        f"{home}: .cache changed", f"{home / '.cache'} is gone (was a directory, mode:uid:gid 750:{uid}:{gid})"]
+    (home / ".cache").write_text("")
+    assert stamps.differences(stamp, "d1", again(stamp))[-1].startswith(f"{home / '.cache'} is not a directory")
+    # A stamp written before dirs were recorded still reads.
+    old = {"format": stamps.FORMAT, "digest": "d1", "evidence": {"paths": {}, "units": {}, "probes": {}}}
+    assert stamps.differences(old, "d1", again(old)) == []
+
+
+def test_an_unhealthy_deployment_skips_nothing_and_the_summary_names_each_finding():
+    held = {stage: {"reasons": [], "recorded_at": "t1"} for stage in stamps.STAGES}
+    healthy = stages_filter({"node1": held, "node2": held}, health={"node1": [], "node2": []})
+    # The stamps would skip every stage: the controller's completion is still wanted.
+    assert healthy["skip"] == list(stamps.STAGES) and healthy["probe"] is True
+    after_probe = stages_filter({"node1": held, "node2": held}, health={"node1": [], "node2": []}, client=[])
+    assert after_probe["skip"] == list(stamps.STAGES) and after_probe["probe"] is False
+    stopped = stages_filter({"node1": held, "node2": held},
+                            health={"node1": [], "node2": ["vllm.service processes stopped (pids 123, 456 in state T)"]})
+    assert stopped["skip"] == [] and stopped["run"] == list(stamps.STAGES) and stopped["probe"] is False
+    assert stopped["summary"] == [
+        "no stage skipped: the deployment is not healthy",
+        "  node2: vllm.service processes stopped (pids 123, 456 in state T)",
+        "runs: " + ", ".join(stamps.STAGES)]
+    timed_out = stages_filter({"node1": held}, health={"node1": []},
+                              client=["controller: POST http://10.0.0.1:8000/v1/completions timed out after 10 s"])
+    assert timed_out["skip"] == []
+    assert timed_out["unhealthy"] == ["controller: POST http://10.0.0.1:8000/v1/completions timed out after 10 s"]
+    assert timed_out["summary"][:2] == [
+        "no stage skipped: the deployment is not healthy",
+        "  controller: POST http://10.0.0.1:8000/v1/completions timed out after 10 s"]
+    # A stage that runs anyway needs no completion: nothing more to ask.
+    gone = dict(held, preflight={"reasons": ["no record of a completed run"], "recorded_at": None})
+    assert stages_filter({"node1": gone}, health={"node1": []})["probe"] is False

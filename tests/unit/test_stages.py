@@ -95,7 +95,7 @@ def test_every_stage_playbook_skips_runs_its_role_and_records_the_same_way(stage
 @pytest.mark.parametrize("role", sorted({row["role"] for row in deploy_stages(None, every=True)}))
 def test_every_stage_role_declares_its_evidence_and_records_nothing_itself(role):
     evidence = load(f"roles/{role}/vars/main.yml")[f"__{role}_stage_evidence"]
-    assert evidence and set(evidence) <= {"paths", "units", "probes"}
+    assert evidence and set(evidence) <= {"paths", "dirs", "units", "probes"}
     for tasks in (REPO / "roles" / role / "tasks").glob("*.yml"):
         text = tasks.read_text()
         assert "stage_stamp" not in text and "end_play" not in text and "end_batch" not in text, tasks
@@ -117,6 +117,9 @@ def test_the_architecture_page_lists_every_stage_of_the_table():
         row = next((line for line in text.splitlines() if line.startswith(f"| {stage.name} ")), None)
         assert row is not None, f"docs/architecture.md has no row for stage {stage.name}"
         assert f"`{stage.playbook}`" in row and role in row, row
+        # What the stage owns, and how its stamp sees it: the table's last two columns are the stage table's.
+        cells = [cell.strip() for cell in row.strip("|").split(" | ")]
+        assert cells[-2:] == [stage.does, stage.evidence], row
 
 
 def test_the_record_writes_the_evidence_the_stage_role_declares(tmp_path):

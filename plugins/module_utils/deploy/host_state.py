@@ -1,7 +1,7 @@
 """What a role needs to know about a node before it changes anything, read in one module run (module host_state).
 
 Paths (exists, kind, executable, sha256 of a regular file), users (passwd
-entry), systemd units (load, active and unit-file state) and systemd's
+entry), systemd units (load, active and unit-file state, stopped processes) and systemd's
 version: the reads that were one task each.
 """
 
@@ -13,9 +13,10 @@ import pwd
 import re
 import stat
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import health
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_systemctl_show
 
-UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "FragmentPath")
+UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "FragmentPath", "ControlGroup", "MainPID")
 _SYSTEMD_VERSION = re.compile(r"^systemd (\d+)")
 
 
@@ -52,10 +53,12 @@ def user_state(name: str) -> dict | None:
     return {"uid": entry.pw_uid, "gid": entry.pw_gid, "home": entry.pw_dir, "shell": entry.pw_shell}
 
 
-def unit_state(show_output: str) -> dict:
-    """`systemctl show -p LoadState -p ActiveState ...` -> load_state, active_state, sub_state, unit_file_state, path."""
+def unit_state(show_output: str, cgroup_root: str = health.CGROUP_ROOT, proc: str = health.PROC) -> dict:
+    """`systemctl show -p LoadState -p ActiveState ...` -> load_state, active_state, sub_state, unit_file_state, path,
+    and stopped_pids: the unit's processes in state T (frozen: running, yet answering nothing)."""
     values = parse_systemctl_show(show_output)
     return {
+        "stopped_pids": health.stopped_pids(health.unit_pids(values, cgroup_root, proc), proc),
         "load_state": values.get("LoadState", "unknown"),
         "active_state": values.get("ActiveState", "unknown"),
         "sub_state": values.get("SubState", "unknown"),

@@ -40,17 +40,23 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def owner_fingerprint(info) -> str:
+    """mode:uid:gid of an os.stat result ('750:998:998')."""
+    return f"{stat.S_IMODE(info.st_mode):o}:{info.st_uid}:{info.st_gid}"
+
+
 def file_fingerprint(path: str) -> str:
     """Owner, mode and content of one file (size and mtime above HASH_LIMIT)."""
     info = os.stat(path)
-    head = f"{stat.S_IMODE(info.st_mode):o}:{info.st_uid}:{info.st_gid}"
+    head = owner_fingerprint(info)
     if info.st_size > HASH_LIMIT:
         return f"{head}:size={info.st_size}:mtime={info.st_mtime_ns}"
     return f"{head}:sha256={_sha256(Path(path).read_bytes())}"
 
 
 def path_fingerprint(path: str):
-    """A file's fingerprint, a directory's {name: fingerprint} one level deep, or 'absent'."""
+    """A file's fingerprint, 'absent', or a directory's own mode:uid:gid and {name: fingerprint} one level deep
+    (a child directory by its mode:uid:gid, not its content)."""
     if not os.path.lexists(path):
         return "absent"
     if os.path.isdir(path):
@@ -60,11 +66,20 @@ def path_fingerprint(path: str):
             if os.path.islink(child):
                 entries[name] = "link:" + os.readlink(child)
             elif os.path.isdir(child):
-                entries[name] = "dir"
+                entries[name] = "dir:" + owner_fingerprint(os.stat(child))
             else:
                 entries[name] = file_fingerprint(child)
-        return {"dir": entries}
+        return {"dir": entries, "owner": owner_fingerprint(os.stat(path))}
     return file_fingerprint(path)
+
+
+def dir_fingerprint(path: str) -> str:
+    """Only a directory's own mode:uid:gid (its content may change: a cache, a home), or 'absent'/'not a directory'."""
+    if not os.path.lexists(path):
+        return "absent"
+    if os.path.islink(path) or not os.path.isdir(path):
+        return "not a directory"
+    return owner_fingerprint(os.stat(path))
 
 
 def unit_evidence(show_output: str) -> dict:
@@ -81,9 +96,11 @@ def probe_evidence(rc: int, stdout: str) -> str:
     return f"rc={rc}:sha256={_sha256(stdout.encode())}"
 
 
-def collect_evidence(paths, units, probes, run) -> dict:
-    """Evidence of a stage on this node. run(argv) -> (rc, stdout, stderr)."""
-    evidence = {"paths": {path: path_fingerprint(path) for path in paths}, "units": {}, "probes": {}}
+def collect_evidence(paths, units, probes, run, dirs=()) -> dict:
+    """Evidence of a stage on this node. run(argv) -> (rc, stdout, stderr); dirs: directories whose own owner and
+    mode count, not their content."""
+    evidence = {"paths": {path: path_fingerprint(path) for path in paths},
+                "dirs": {path: dir_fingerprint(path) for path in dirs}, "units": {}, "probes": {}}
     for unit in units:
         rc, out, err = run(["systemctl", "show", "-p", "ActiveState,SubState,InvocationID", "--", unit])
         if rc != 0:
@@ -100,6 +117,11 @@ def evidence_request(stamp: dict) -> tuple[list, list, list]:
     evidence = stamp.get("evidence", {})
     return (list(evidence.get("paths", {})), list(evidence.get("units", {})),
             [shlex.split(probe) for probe in evidence.get("probes", {})])
+
+
+def collect_again(stamp: dict, run) -> dict:
+    """The evidence a stamp recorded, collected again now."""
+    return collect_evidence(*evidence_request(stamp), run, dirs=list(stamp.get("evidence", {}).get("dirs", {})))
 
 
 def stamp_document(stage: str, digest: str, evidence: dict, recorded_at: str) -> dict:
@@ -122,10 +144,20 @@ def _describe_path(path: str, was, now) -> str:
     if was == "absent":
         return f"{path} appeared"
     if isinstance(was, dict) and isinstance(now, dict):
+        if was.get("owner") != now.get("owner"):
+            return f"{path}: mode:uid:gid {was.get('owner')} -> {now.get('owner')}"
         names = sorted(set(was["dir"]) | set(now["dir"]))
         moved = [name for name in names if was["dir"].get(name) != now["dir"].get(name)]
         return f"{path}: {', '.join(moved[:5])}{' ...' if len(moved) > 5 else ''} changed"
     return f"{path} changed"
+
+
+def _describe_dir(path: str, was: str, now: str) -> str:
+    if was == "absent":
+        return f"{path} appeared"
+    if now in ("absent", "not a directory"):
+        return f"{path} is {'gone' if now == 'absent' else now} (was a directory, mode:uid:gid {was})"
+    return f"{path}: mode:uid:gid {was} -> {now}"
 
 
 def differences(stamp: dict | None, digest: str, current: dict | None) -> list[str]:
@@ -143,6 +175,10 @@ def differences(stamp: dict | None, digest: str, current: dict | None) -> list[s
         now = current.get("paths", {}).get(path, "absent")
         if now != was:
             reasons.append(_describe_path(path, was, now))
+    for path, was in recorded.get("dirs", {}).items():
+        now = current.get("dirs", {}).get(path, "absent")
+        if now != was:
+            reasons.append(_describe_dir(path, was, now))
     for unit, was in recorded.get("units", {}).items():
         now = current.get("units", {}).get(unit, {})
         if now.get("active_state") != was.get("active_state"):
@@ -156,19 +192,21 @@ def differences(stamp: dict | None, digest: str, current: dict | None) -> list[s
     return reasons
 
 
-def stages_to_run(checks: dict, stages=STAGES, force: bool = False, tags=None) -> dict:
-    """Across nodes: {'skip': [...], 'run': [...], 'reasons': {stage: ['host: why', ...]}}.
+def stages_to_run(checks: dict, stages=STAGES, force: bool = False, tags=None, unhealthy=()) -> dict:
+    """Across nodes: {'skip': [...], 'run': [...], 'reasons': {stage: ['host: why', ...]}, 'unhealthy': [...]}.
 
     checks: {host: {stage: [reason, ...]}} ([] = converged there). A stage is
     skipped only when it and every stage before it are converged on every node:
-    a later stage may depend on anything an earlier one changes. With force,
+    a later stage may depend on anything an earlier one changes, and only when
+    the deployment is healthy (unhealthy: the findings "host: what" of
+    module_utils/deploy/health.py; any one runs every stage). With force,
     nothing is skipped; 'run' is then what a tag selection of stage names
     selects (tags), or every stage.
     """
     reasons = {stage: [f"{host}: {why}" for host in sorted(checks) for why in checks[host].get(stage, ["not checked"])]
                for stage in stages}
     skip = []
-    if not force and checks:
+    if not force and not unhealthy and checks:
         for stage in stages:
             if reasons[stage]:
                 break
@@ -177,12 +215,19 @@ def stages_to_run(checks: dict, stages=STAGES, force: bool = False, tags=None) -
     selected = set(tags or []) - {"plan", "always"}
     if force and selected and selected <= set(stages):
         run = [stage for stage in stages if stage in selected]
-    return {"skip": skip, "run": run, "reasons": {stage: why for stage, why in reasons.items() if why}}
+    return {"skip": skip, "run": run, "reasons": {stage: why for stage, why in reasons.items() if why},
+            "unhealthy": list(unhealthy)}
 
 
 def summary(decision: dict, forced_by: str = "", verified_at: dict | None = None, limit: int = 6) -> list[str]:
     """What deploy.yml prints before its stages: what it skips, what it runs and why."""
     lines = [f"no stage skipped: {forced_by}"] if forced_by else []
+    unhealthy = decision.get("unhealthy") or []
+    if unhealthy and not forced_by:
+        lines.append("no stage skipped: the deployment is not healthy")
+        lines += [f"  {finding}" for finding in unhealthy[:limit]]
+        if len(unhealthy) > limit:
+            lines.append(f"  ... and {len(unhealthy) - limit} more")
     if decision["skip"]:
         lines.append("converged on every node, skipped: " + ", ".join(decision["skip"]))
     if not decision["run"]:
@@ -192,7 +237,7 @@ def summary(decision: dict, forced_by: str = "", verified_at: dict | None = None
                          ", ".join(f"{when} ({host})" for host, when in sorted(verified_at.items())))
         return lines
     lines.append("runs: " + ", ".join(decision["run"]))
-    if not forced_by:
+    if not forced_by and not unhealthy:
         first = decision["run"][0]
         why = decision["reasons"].get(first, [])
         lines += [f"  {first} because {reason}" for reason in why[:limit]]

@@ -26,36 +26,45 @@ class Stage:
     name: str  # the tag, the stamp's name (/etc/vllm-cluster/stages/<name>.json)
     playbook: str  # relative to the collection's root
     role: str | None  # the role that does the work (None for the launch slot: the mode's role)
-    does: str  # what it proves or changes (the docs' table)
-    evidence: str  # what a skipped stage re-checks (the docs' table)
+    does: str  # what it owns on the node (and what it only checks) (the docs' table)
+    evidence: str  # how its stamp sees that: what a skipped stage re-checks (the docs' table)
 
 
 STAGES = (
     Stage("preflight", "playbooks/preflight.yml", "gpu_preflight",
-          "GPU count, model, driver/CUDA parity, no foreign GPU processes",
-          "`nvidia-smi --query-gpu=index,uuid,name,driver_version,memory.total,persistence_mode,ecc.mode.current`, "
-          "`ibstat`"),
+          "nothing (reads only): GPU count, model, driver/CUDA parity, no foreign GPU processes",
+          "the output of `nvidia-smi --query-gpu=index,uuid,name,driver_version,memory.total,persistence_mode,"
+          "ecc.mode.current` and `ibstat`"),
     Stage("network", "playbooks/network.yml", "nccl_network",
-          "fabric NIC, MTU, IB ports, NCCL/Gloo variables, reachability; optional all-reduce probe",
-          "`/etc/vllm-cluster/env`, the fabric interface's `mtu`, `operstate` and `ip -br addr`"),
+          "`/etc/vllm-cluster/env` (NCCL/Gloo/Ray interface variables); checks the fabric NIC, MTU, IB ports, "
+          "reachability; optional all-reduce probe",
+          "`/etc/vllm-cluster/env` (owner, mode, content), the fabric interface's `mtu`, `operstate`, "
+          "`ip -br addr` and its routes (`ip route show dev`)"),
     Stage("firewall", "playbooks/firewall.yml", "node_firewall",
-          "one nftables table per node: internal ports only from the cluster, the API port from a CIDR list",
+          "one nftables table per node (internal ports only from the cluster, the API port from a CIDR list): "
+          "`firewall.nft`, its unit",
           "`firewall.nft`, its unit file and unit, `nft --stateless list table inet vllm_cluster` "
           "(rules without their counters)"),
     Stage("runtime", "playbooks/runtime.yml", "vllm_runtime",
-          "one pinned venv per node (index or wheelhouse), service user, staged model, version parity",
-          "the venv's `pyvenv.cfg`, `bin/vllm` and its `*.dist-info` names, `id vllm`, the model directory"),
+          "one pinned venv per node (index or wheelhouse), the service user, its home and the cache directories "
+          "vLLM writes (owner, mode), the staged model; checks version parity",
+          "the venv's `pyvenv.cfg`, `bin/vllm` and its `*.dist-info` names, `id vllm`, the model directory "
+          "(owner, mode, entries); the home, `tmp`, `.cache`, `.cache/vllm`, `.cache/huggingface`, `.triton` "
+          "(owner and mode)"),
     Stage(LAUNCH, "playbooks/launch.yml", None,
           "the launch mode's own bring-up (ray: `ray-head`/`ray-worker` units, wait until Ray reports every "
           "node and GPU; mp: none)",
-          "ray: the unit file, its drop-in directory and the `ray-head`/`ray-worker` unit"),
+          "ray: the unit file, its drop-in directory and the `ray-head`/`ray-worker` unit (state, invocation)"),
     Stage("vllm", "playbooks/vllm.yml", "vllm_service",
-          "env file, API key file and `vllm.service` per node from the plan, coordinated restarts (stop every "
-          "node, then start every node), `/health`, smoke completion, rollback on failure",
+          "each node's argv checked by vLLM's own parser; env file, API key file, `vllm.service` and its drop-in "
+          "directory per node from the plan, and the running vLLM: coordinated restarts (stop every node, then "
+          "start every node; behind the router one server at a time, docs/router.md), `/health`, smoke "
+          "completion, rollback on failure",
           "`vllm.service`, its drop-in directory, `vllm.env`, `api-key.env`, `plan.json`, `vllm-head-watch`, "
-          "the network env; the unit"),
+          "the network env (owner, mode, content); the unit (state, invocation)"),
     Stage("verify", "playbooks/verify.yml", "vllm_verify",
-          "world_size, every rank once, ranks per node, DP/PP/TP/EP, KV tokens, GPU memory balance",
+          "nothing (reads only): world_size, every rank once, ranks per node, DP/PP/TP/EP, KV tokens, GPU "
+          "memory balance",
           "the vLLM unit: the same invocation that verify saw"),
 )
 #: Every stage name a stamp may carry: the fixed stages and every launch mode's own.

@@ -58,11 +58,10 @@ def _validated(option):
 
 def role_options(root):
     """``{name: (role, spec file, option)}``: every option of every role's argument spec, the main entry point's first."""
-    yaml = declared._yaml()
     root = Path(root)
     options = {}
     for role, path in declared._role_specs(root):
-        specs = (yaml.safe_load(path.read_text()) or {}).get("argument_specs") or {}
+        specs = (declared.safe_load(path.read_text()) or {}).get("argument_specs") or {}
         points = sorted(specs, key=lambda point: point != "main")  # main first, then in the file's order
         for point in points:
             for name, option in ((specs[point] or {}).get("options") or {}).items():

@@ -24,6 +24,7 @@ Pure Python (PyYAML, which Ansible brings, to read the specs); no Ansible import
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -65,20 +66,41 @@ def _role_specs(root):
         yield path.parents[1].name, path
 
 
+def _spec_files(root):
+    """Every file _known_at reads."""
+    files = [root / COLLECTION_SPEC] + [path for _role, path in _role_specs(root)]
+    files += sorted(root.glob("roles/*/tasks/**/*.yml")) + sorted(root.glob("roles/*/handlers/*.yml"))
+    return files + sorted(root.glob("playbooks/*.yml"))
+
+
 def _known_at(root):
+    """The known names and prefixes; read once per process while the files stay as they are (the variable check
+    asks for both, and parsing every spec and task file is most of its time)."""
+    root = Path(root)
+    signature = []
+    for path in _spec_files(root):
+        try:
+            info = path.stat()
+        except OSError:
+            continue
+        signature.append((str(path), info.st_mtime_ns, info.st_size))
+    return _known_read(str(root), tuple(signature))
+
+
+@functools.lru_cache(maxsize=4)
+def _known_read(root, _signature):
     root = Path(root)
     known = {}
     for spec in INPUTS:
         if spec.variable:
             known[spec.variable] = Known(spec.variable, COLLECTION, REQUEST_SPEC, planning=True)
-    yaml = _yaml()
-    collection = yaml.safe_load((root / COLLECTION_SPEC).read_text()) or {}
+    collection = safe_load((root / COLLECTION_SPEC).read_text()) or {}
     for name, entry in (collection.get("variables") or {}).items():
         entry = entry or {}
         known.setdefault(name, Known(name, COLLECTION, COLLECTION_SPEC, per_host=bool(entry.get("per_host")),
                                      set_by=entry.get("set_by"), no_log=bool(entry.get("no_log"))))
     for role, path in _role_specs(root):
-        specs = (yaml.safe_load(path.read_text()) or {}).get("argument_specs") or {}
+        specs = (safe_load(path.read_text()) or {}).get("argument_specs") or {}
         for entry_point in specs.values():
             for name, option in ((entry_point or {}).get("options") or {}).items():
                 known.setdefault(name, Known(name, role, str(path.relative_to(root)),
@@ -96,11 +118,22 @@ def _yaml():
     return yaml
 
 
+def _safe_loader():
+    """libyaml's SafeLoader where PyYAML has it (the specs and task files parse several times faster), else PyYAML's."""
+    yaml = _yaml()
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def safe_load(text):
+    """yaml.safe_load, with libyaml where available."""
+    return _yaml().load(text, Loader=_safe_loader())
+
+
 def _any_tag_loader():
     """A SafeLoader for task files whatever tags they hold (!unsafe, !vault): only the names matter here."""
     yaml = _yaml()
 
-    class AnyTagLoader(yaml.SafeLoader):
+    class AnyTagLoader(_safe_loader()):
         pass
 
     AnyTagLoader.add_multi_constructor("!", lambda loader, _suffix, node: (
