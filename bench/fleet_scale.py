@@ -143,8 +143,10 @@ def lab_inventory(lab_hosts: dict, size: int, per_deployment: int) -> tuple[dict
     children, group_vars = {}, {}
     for index, group in enumerate(deployments_of(names, per_deployment)):
         children[group_name(index)] = {"hosts": {name: dict(members[name]) for name in group}}
+        # No vLLM runs on these nodes (the stages never ran): the converged check's completion from the
+        # controller is left out, so the no-op measures the stamps and the skipped plays.
         group_vars[group_name(index)] = {"vllm_cluster_deployment": deployment_name(index), "vllm_cluster_tp": 1,
-                                         "vllm_cluster_dp": len(group)}
+                                         "vllm_cluster_dp": len(group), "vllm_cluster_converged_client_check": False}
     hosts = {"all": {"children": {"vllm_nodes": {"children": children, "vars": dict(nodes.get("vars") or {})}}}}
     return hosts, group_vars
 
