@@ -180,6 +180,7 @@ def test_check_diff_reports_nothing_to_change(lab, first_deploy):
         assert "--- before" not in result.stdout
 
 
+@extended
 def test_a_stage_whose_evidence_changed_runs_again_with_every_later_stage(lab, first_deploy):
     started = lab.ssh("node1", "systemctl show -p InvocationID --value vllm.service").stdout.strip()
     lab.ssh("node3", "nft delete table inet vllm_cluster")

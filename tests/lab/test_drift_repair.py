@@ -128,6 +128,7 @@ def green_after_fix(lab, case):
 def lab(deployed):
     """A healthy deployment before each case (a case that failed leaves one put right by a full run)."""
     if not answers(deployed):
+        deployed.ssh(HEAD, "nft delete table inet ops_block; systemctl restart vllm-cluster-firewall.service", check=False)
         deployed.ansible_playbook("deploy.yml", "-e", "vllm_cluster_full_run=true", timeout=2400)
     return deployed
 
@@ -168,33 +169,33 @@ def test_edited_environment_file_is_restored(lab):
     repaired(lab, "environment file edited", check)
 
 
-def test_stopped_unit_is_started(lab):
-    lab.ssh(WORKER, "systemctl stop vllm.service")
-
-    def check():
-        states = [unit(lab, node, "ActiveState")["ActiveState"] for node in (HEAD, WORKER)]
-        return "" if states == ["active", "active"] else f"vllm.service is {states} on {HEAD}, {WORKER}"
-    repaired(lab, "unit stopped", check)
-
-
-def test_runtime_mask_is_lifted(lab):
+def test_stopped_and_masked_unit_is_started(lab):
     lab.ssh(WORKER, "systemctl mask --runtime vllm.service && systemctl stop vllm.service")
 
     def check():
-        state = unit(lab, WORKER, "UnitFileState", "ActiveState")
-        return "" if state == {"UnitFileState": "enabled", "ActiveState": "active"} else f"{WORKER}: {state}"
-    repaired(lab, "unit masked", check)
+        states = [unit(lab, node, "ActiveState")["ActiveState"] for node in (HEAD, WORKER)]
+        masked = unit(lab, WORKER, "UnitFileState")["UnitFileState"]
+        return "" if states == ["active", "active"] and masked == "enabled" else (
+            f"vllm.service is {states} on {HEAD}, {WORKER}; {WORKER}'s unit file state {masked}")
+    repaired(lab, "unit stopped and masked", check)
+
+
+def stopped_processes(lab, node) -> int:
+    """How many processes of vllm.service are stopped (state T/t) on node."""
+    return int(lab.ssh(node, "cg=$(systemctl show -P ControlGroup vllm.service); "
+                             "for p in $(cat /sys/fs/cgroup$cg/cgroup.procs); do awk '{print $3}' /proc/$p/stat; done "
+                             "| grep -c '^[Tt]$' || true").stdout.strip())
 
 
 def test_frozen_rank_processes_are_restarted(lab):
-    lab.ssh(WORKER, "for p in $(cat /sys/fs/cgroup/system.slice/vllm.service/cgroup.procs); do kill -STOP $p; done")
+    lab.ssh(WORKER, "systemctl kill --signal=SIGSTOP vllm.service")
+    assert stopped_processes(lab, WORKER) > 0, "SIGSTOP froze no process of the worker's vllm.service"
 
     def check():
-        stopped = lab.ssh(WORKER, "for p in $(cat /sys/fs/cgroup/system.slice/vllm.service/cgroup.procs); do "
-                                  "awk '{print $3}' /proc/$p/stat; done | grep -c '^[Tt]$' || true").stdout.strip()
-        return "" if stopped == "0" else f"{stopped} of vLLM's processes on {WORKER} are still stopped"
+        stopped = stopped_processes(lab, WORKER)
+        return "" if stopped == 0 else f"{stopped} of vLLM's processes on {WORKER} are still stopped"
     out = repaired(lab, "rank processes frozen", check)
-    assert "nothing to do" not in out
+    assert "nothing to do" not in out and f"{WORKER}: vllm.service processes stopped" in out, out[-3000:]
 
 
 def test_model_file_changed_is_restaged(lab):
@@ -207,20 +208,24 @@ def test_model_file_changed_is_restaged(lab):
     repaired(lab, "model file changed", check)
 
 
-def test_rule_added_to_our_table_is_reloaded_away(lab):
-    lab.ssh(HEAD, "nft insert rule inet vllm_cluster input tcp dport 8000 drop")
+def test_rule_dropping_the_controller_in_our_table_is_reloaded_away(lab):
+    """A rule that drops only the controller's traffic: the nodes still reach each other, so only the completion
+    asked from the controller sees it."""
+    lab.ssh(HEAD, f"nft insert rule inet vllm_cluster input ip saddr {lab.gateway} tcp dport 8000 drop")
     assert not answers(lab, timeout=5)
 
     def check():
         rules = lab.ssh(HEAD, "nft list table inet vllm_cluster").stdout
-        return "" if "tcp dport 8000 drop" not in rules else "the hand-added drop rule is still live"
-    repaired(lab, "rule added to our nftables table", check)
+        return "" if f"ip saddr {lab.gateway} tcp dport 8000 drop" not in rules else "the hand-added rule is still live"
+    out = repaired(lab, "rule added to our nftables table", check)
+    assert "controller: POST" in out, out[-3000:]
 
 
 def test_rule_in_another_table_is_named_then_green_after_its_removal(lab):
+    """Another team's table drops the controller's network on the API port: named, never deleted by deploy.yml."""
     lab.ssh(HEAD, "nft add table inet ops_block && "
                   "nft add chain inet ops_block input '{ type filter hook input priority -10; }' && "
-                  "nft add rule inet ops_block input tcp dport 8000 drop")
+                  f"nft add rule inet ops_block input ip saddr {lab.gateway} tcp dport 8000 drop")
     try:
         failed_clearly(lab, "rule in another nftables table", HEAD, ["ops_block", "8000"])
     finally:

@@ -28,6 +28,8 @@ import yaml
 
 # In CI: it runs after test_self_healing (MODULE_ORDER) and ends by putting the lab inventory's firewall back
 # (deploy.yml --tags firewall), since Molecule's nccl_network probes later cross all three nodes.
+extended = pytest.mark.lab_extended
+
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(5400)]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -239,6 +241,7 @@ def share_node3(inventory: Path) -> None:
         "vllm_cluster_serve_args": {"served-model-name": C_SERVED}}, sort_keys=False))
 
 
+@extended
 def test_two_deployments_share_node3_on_disjoint_gpus(fleet, deployed):
     """Each runs as its own unit with its own files, CUDA_VISIBLE_DEVICES and cores; node3's one firewall table
     opens both API ports; A is not restarted; both are verified and answer by their served names. Fails if the
@@ -268,6 +271,7 @@ def test_two_deployments_share_node3_on_disjoint_gpus(fleet, deployed):
         host: 0 for host in recap(again.stdout)}, again.stdout[-3000:]
 
 
+@extended
 def test_teardown_of_c_leaves_b_serving_on_the_same_node(fleet, deployed):
     lab, _ = fleet
     b_before = started_at(lab, B_NODE, f"vllm-{B}.service")

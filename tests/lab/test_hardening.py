@@ -34,6 +34,8 @@ import pytest
 
 # CI runs all seven on the deployment test_self_healing hands on (the last three each restart vLLM) and hands the
 # default deployment on to test_benchmark; measured times in docs/lab.md.
+extended = pytest.mark.lab_extended
+
 pytestmark = [pytest.mark.lab]
 REPO = Path(__file__).resolve().parents[2]
 # The API's model id: the lab's vllm_cluster_deployment (inventories/lab/group_vars), the default served name.
@@ -314,6 +316,7 @@ def test_key_is_nowhere_in_ps_journal_or_ansible_output(deployed):
         assert key not in text, f"the API key is in the output of `ansible-playbook {args}`"
 
 
+@extended
 def test_sigkill_brings_vllm_back_healthy(deployed):
     lab = deployed
     restarts = int(unit_property(lab, "node1", "NRestarts"))
