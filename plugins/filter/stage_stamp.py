@@ -26,15 +26,17 @@ def stages_to_run(checks, forced_by="", tags=None, stages=None, health=None, cli
     tags: the run's --tags; when they name only stages, 'run' (the stamps cleared) is those stages.
     stages: the stages of this deployment, in order (filter deploy_stages); default all.
     health: {host: stage_stamp's health_problems}; client: the controller's findings (lookup api_completion).
-    Any finding runs every stage. 'probe': whether the controller's completion is still wanted (the stamps and
-    the nodes would let a stage be skipped, and no completion was asked yet).
+    Any finding runs every stage. 'probe': whether the controller's completion is still wanted: the stamps and
+    the nodes would let the vllm stage be skipped, and no completion was asked yet. Where the vllm stage runs
+    anyway it (re)starts vLLM where needed and verify asks the completion from the controller, so the stages
+    before it that hold stay skipped (the green path of a first start, or of a changed unit, pays no re-run).
     """
     by_host = {host: {stage: entry.get("reasons", ["not checked"]) for stage, entry in (result or {}).items()}
                for host, result in checks.items()}
     unhealthy = health_mod.problems(health or {}, client)
     decision = stage_stamp.stages_to_run(by_host, stages=tuple(stages or stage_stamp.STAGES), force=bool(forced_by),
                                          tags=tags, unhealthy=unhealthy)
-    decision["probe"] = bool(decision["skip"]) and client is None
+    decision["probe"] = "vllm" in decision["skip"] and client is None
     verified_at = {host: (result or {}).get("verify", {}).get("recorded_at") for host, result in checks.items()}
     decision["summary"] = stage_stamp.summary(decision, forced_by, {h: t for h, t in verified_at.items() if t})
     return decision
