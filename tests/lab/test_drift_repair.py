@@ -183,7 +183,8 @@ def test_stopped_and_masked_unit_is_started(lab):
 def stopped_processes(lab, node) -> int:
     """How many processes of vllm.service are stopped (state T/t) on node."""
     return int(lab.ssh(node, "cg=$(systemctl show -P ControlGroup vllm.service); "
-                             "for p in $(find /sys/fs/cgroup$cg -name cgroup.procs -exec cat {} +); do "
+                             "for p in $(for d in /sys/fs/cgroup$cg /sys/fs/cgroup/unified$cg /sys/fs/cgroup/systemd$cg; "
+                             "do [ -d $d ] && find $d -name cgroup.procs -exec cat {} +; done | sort -u); do "
                              "sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f1; done "
                              "| grep -c '^[Tt]$' || true").stdout.strip())
 
