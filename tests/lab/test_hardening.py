@@ -333,6 +333,7 @@ def test_sigkill_brings_vllm_back_healthy(deployed):
     assert status == 200 and answer["usage"]["completion_tokens"] == 4, answer
 
 
+@extended
 def test_reboot_of_the_head_machine_comes_back_verified(deployed):
     lab = deployed
     lab.node("node1", "poweroff")

@@ -48,6 +48,8 @@ from vlab.machines import SSH_OPTIONS  # lab/lab's own (conftest.py puts lab/ on
 
 # In CI (issue 21): 449 s after test_scale_replicas handed the front on (2026-12-03, lab l1), where it used to
 # take 1064-1116 s deploying the three replicas itself.
+extended = pytest.mark.lab_extended
+
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -238,6 +240,7 @@ def test_every_target_is_up_node_exporter_on_every_node(fleet, prometheus):
         units
 
 
+@extended
 def test_every_panel_query_of_every_dashboard_returns_a_series_after_a_bounded_load(fleet, prometheus, tmp_path):
     lab, _ = fleet
     result = bounded_load(lab, tmp_path)
