@@ -211,8 +211,8 @@ def test_model_file_changed_is_restaged(lab):
 
 
 def test_rule_dropping_the_controller_in_our_table_is_reloaded_away(lab):
-    """A rule that drops only the controller's traffic: the nodes still reach each other, so only the completion
-    asked from the controller sees it."""
+    """A rule that drops only the controller's traffic: the nodes still reach each other (the network stage's
+    probe passes); the firewall stamp sees the live table differ, and the stage loads it again."""
     lab.ssh(HEAD, f"nft insert rule inet vllm_cluster input ip saddr {lab.gateway} tcp dport 8000 drop")
     assert not answers(lab, timeout=5)
 
@@ -220,7 +220,7 @@ def test_rule_dropping_the_controller_in_our_table_is_reloaded_away(lab):
         rules = lab.ssh(HEAD, "nft list table inet vllm_cluster").stdout
         return "" if f"ip saddr {lab.gateway} tcp dport 8000 drop" not in rules else "the hand-added rule is still live"
     out = repaired(lab, "rule added to our nftables table", check)
-    assert "controller: POST" in out, out[-3000:]
+    assert "firewall because node1:" in out, out[-3000:]
 
 
 def test_rule_in_another_table_is_named_then_green_after_its_removal(lab):
