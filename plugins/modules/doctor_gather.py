@@ -315,6 +315,7 @@ import stat as stat_mod  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import health  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers import ray_logs  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.net import (  # noqa: E402
     firewall_accepted_sources,
@@ -409,22 +410,8 @@ class Gatherer:
         return [line for line, _ in selected]
 
     def unit_pids(self, info):
-        """Processes in the unit's control group (cgroup v2, or v1's systemd hierarchy)."""
-        group = info.get("ControlGroup")
-        pids = set()
-        if group:
-            for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified"):
-                base = root + group
-                if os.path.isdir(base):
-                    for directory, _subdirs, files in os.walk(base):
-                        if "cgroup.procs" in files:
-                            pids.update(_read_pids(os.path.join(directory, "cgroup.procs")))
-                    if pids:
-                        break
-        main = info.get("MainPID")
-        if not pids and main and main.isdigit() and int(main) > 0:
-            pids = _descendants(int(main))
-        return sorted(pids)
+        """Processes in the unit's control group, else its main process and that one's descendants."""
+        return health.unit_pids(info)
 
     # --- files -----------------------------------------------------------------
     def env_files(self):
@@ -1144,33 +1131,6 @@ def tree_access(root, uid, gids, stat=os.stat, limit=MODEL_FILES_CHECKED):
         if checked >= limit:
             break
     return {"checked": checked, "unreadable": len(denied), "denied_files": denied[:5]}
-
-
-def _read_pids(path):
-    try:
-        with open(path, encoding="ascii") as handle:
-            return {int(line) for line in handle if line.strip().isdigit()}
-    except OSError:
-        return set()
-
-
-def _descendants(root):
-    children = {}
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat, encoding="utf-8", errors="replace") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        pid = int(stat.split("/")[2])
-        children.setdefault(int(fields[1]), []).append(pid)
-    found, todo = {root}, [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def main():

@@ -19,6 +19,7 @@ import os
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.systemd import parse_systemctl_show
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.render import vllm_unit
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 PROC = "/proc"
@@ -45,19 +46,19 @@ def _read(path: str) -> str:
 
 
 def cgroup_pids(control_group: str, root: str = CGROUP_ROOT) -> list[int] | None:
-    """Every process of a cgroup and its children (cgroup v2, else v1's systemd hierarchy); None when not found."""
+    """Every process of a cgroup and its children (cgroup v2, else v1's systemd hierarchy, else the hybrid layout's
+    unified one); None when no hierarchy lists a process of it."""
     if not control_group or not control_group.startswith("/"):
         return None
-    for base in (root, os.path.join(root, "systemd")):
+    for base in (root, os.path.join(root, "systemd"), os.path.join(root, "unified")):
         top = os.path.join(base, control_group.lstrip("/"))
-        if not os.path.isfile(os.path.join(top, "cgroup.procs")):
-            continue
         pids = set()
         for directory, _, files in os.walk(top):
             if "cgroup.procs" in files:
                 pids.update(int(word) for word in _read(os.path.join(directory, "cgroup.procs")).split()
                             if word.isdigit())
-        return sorted(pids)
+        if pids:
+            return sorted(pids)
     return None
 
 
@@ -152,25 +153,12 @@ def units_to_check(plan, host: str) -> list[str]:
 # --- the controller's completion ---------------------------------------------------------------------------------
 
 def _client_host(argv, address: str) -> str:
-    bound = None
-    for index, word in enumerate(argv or []):
-        if word == "--host" and index + 1 < len(argv):
-            bound = argv[index + 1]
-        elif word.startswith("--host="):
-            bound = word.split("=", 1)[1]
-    host = address if bound in (None, "", "0.0.0.0", "::", "[::]") else bound
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+    """Where a client reaches the API: the one address vLLM binds (--host), else the node's address."""
+    return vllm_unit.api_probe_host(argv or [], default=address)
 
 
 def _served_name(plan, argv):
-    if plan.get("served_model_name"):
-        return plan["served_model_name"]
-    for index, word in enumerate(argv or []):
-        if word == "--served-model-name" and index + 1 < len(argv):
-            return argv[index + 1]
-        if word.startswith("--served-model-name="):
-            return word.split("=", 1)[1]
-    return argv[2] if argv and len(argv) > 2 else None
+    return plan.get("served_model_name") or vllm_unit.served_model_name(argv or [])
 
 
 def api_targets(plan, addresses: dict | None = None) -> list[dict]:

@@ -103,8 +103,8 @@ def exec_start(binary, argv):
     return " ".join(systemd_quote(word) for word in [binary, *argv[1:]])
 
 
-def api_probe_host(argv):
-    """Where a probe on the node itself reaches the API: ``--host`` when it names one address, else loopback."""
+def api_probe_host(argv, default="127.0.0.1"):
+    """Where a probe reaches the API: ``--host`` when it names one address, else default (loopback on the node)."""
     host = None
     for index, word in enumerate(argv):
         if word == "--host" and index + 1 < len(argv):
@@ -112,7 +112,7 @@ def api_probe_host(argv):
         elif word.startswith("--host="):
             host = word.split("=", 1)[1]
     if host in (None, "", "0.0.0.0", "::", "[::]"):
-        return "127.0.0.1"
+        host = default
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
@@ -121,4 +121,6 @@ def served_model_name(argv):
     for index, word in enumerate(argv):
         if word == "--served-model-name" and index + 1 < len(argv):
             return argv[index + 1]
+        if word.startswith("--served-model-name="):
+            return word.split("=", 1)[1]
     return argv[2] if len(argv) > 2 else None
