@@ -8,7 +8,9 @@ fleet_machine_plans.yml, deployment_service.yml). The logic is plugins/module_ut
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import build, fleet
+from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import stages as deploy_stages
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import fleet
 
 
 def _select(hosts, hostvars, only, with_co_residents=False):
@@ -23,14 +25,17 @@ def _select(hosts, hostvars, only, with_co_residents=False):
         # no host has a plan, and every role's preflight stops on that.
         return [(None, list(hosts))], []
 
+    # hostvars[host] computes all of the host's variables: once per host, three names read from it.
+    views = {host: hostvars[host] if host in hostvars else {} for host in hosts}
+
     def read(host, name):
-        variables = hostvars[host] if host in hostvars else {}
+        variables = views[host]
         return variables.get(name) if hasattr(variables, "get") else None
 
     try:
-        every = fleet.deployments(list(hosts), {host: read(host, "vllm_cluster_deployment") for host in hosts})
-        selected = fleet.deployments(list(hosts), {host: read(host, "vllm_cluster_deployment") for host in hosts},
-                                     only)
+        deployment_of = {host: read(host, "vllm_cluster_deployment") for host in hosts}
+        every = fleet.deployments(list(hosts), deployment_of)
+        selected = fleet.deployments(list(hosts), deployment_of, only)
         machine_of = {host: read(host, "ansible_host") for host in hosts}
         problems = fleet.shared_machine_problems(every, machine_of,
                                                  {host: read(host, "vllm_cluster_gpu_ids") for host in hosts})
@@ -102,15 +107,33 @@ def fleet_machine_plans(hosts, hostvars, host):
     return [plans[other] for other in mates]
 
 
-def fleet_hosts(hosts, hostvars, only=None):
-    """A fleet play's hosts: the selected deployments' hosts, deployment after deployment."""
-    return fleet.play_hosts(_selected(hosts, hostvars, only))
+def _stage_to_run(selected, hostvars, stage):
+    """The deployments whose deploy.yml stage ``stage`` runs: a deployment whose hosts carry it (or, for ``launch``,
+    every launch mode's stage) in ``vllm_cluster_stages_skipped`` (playbooks/converged.yml) is left out, so a
+    skipped stage's play has no host to visit. Without the fact (the stage's playbook run alone) all are kept."""
+    if stage is None or hostvars is None:
+        return selected
+    names = [mode.stage for mode in launch.MODES.values() if mode.stage] if stage == deploy_stages.LAUNCH else [stage]
+    kept = []
+    for name, members in selected:
+        variables = hostvars[members[0]] if members[0] in hostvars else {}
+        skipped = variables.get("vllm_cluster_stages_skipped") if hasattr(variables, "get") else None
+        if not isinstance(skipped, (list, tuple)) or any(stage_name not in skipped for stage_name in names):
+            kept.append((name, members))
+    return kept
 
 
-def fleet_batches(hosts, hostvars, only=None, rolling=False):
+def fleet_hosts(hosts, hostvars, only=None, stage=None):
+    """A fleet play's hosts: the selected deployments' hosts, deployment after deployment; with ``stage``, only
+    the deployments whose deploy.yml stage runs."""
+    return fleet.play_hosts(_stage_to_run(_selected(hosts, hostvars, only), hostvars, stage))
+
+
+def fleet_batches(hosts, hostvars, only=None, rolling=False, stage=None):
     """A fleet play's serial: one batch per deployment; with ``rolling``, one host per batch for a deployment whose
-    hosts carry ``vllm_service_roll.one_at_a_time`` (set by vllm_service's roll.yml in an earlier play)."""
-    selected = _selected(hosts, hostvars, only)
+    hosts carry ``vllm_service_roll.one_at_a_time`` (set by vllm_service's roll.yml in an earlier play); with
+    ``stage``, the batches of fleet_hosts' deployments with that stage."""
+    selected = _stage_to_run(_selected(hosts, hostvars, only), hostvars, stage)
     if selected and selected[0][0] is None:
         return []
     one_at_a_time = []
@@ -131,6 +154,9 @@ def deployment_service(deployment, shares_machines=False):
     if not isinstance(deployment, str) or not fleet.NAME.match(deployment):
         raise AnsibleFilterError(f"deployment_service: a deployment name of letters, digits, '.', '_' or '-', "
                                  f"got {deployment!r}")
+    # The planner, imported here: every fleet play's hosts and serial load this file, most never plan.
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import build
+
     return build.service(deployment, bool(shares_machines))
 
 

@@ -157,6 +157,13 @@ def test_the_filters_read_hostvars_and_fail_with_the_message():
     assert fleet_deployments(hosts, hostvars, "embed") == [{"name": "embed", "hosts": ["b1"]}]
     assert fleet_deployments(hosts, hostvars, "embed", with_co_residents=True) == [
         {"name": "chat", "hosts": ["a1", "a2"]}, {"name": "embed", "hosts": ["b1"]}]
+    # A stage's play: a deployment whose stage converged.yml skipped has no host there (launch: every mode's stage).
+    hostvars["a1"]["vllm_cluster_stages_skipped"] = ["preflight", "network", "ray"]
+    assert fleet_hosts(hosts, hostvars, stage="network") == ["b1"] and fleet_batches(hosts, hostvars, stage="network") == [1]
+    assert fleet_hosts(hosts, hostvars, stage="launch") == ["b1"]
+    assert fleet_hosts(hosts, hostvars, stage="vllm") == ["a1", "a2", "b1"]
+    assert fleet_batches(hosts, hostvars, rolling=True, stage="vllm") == [2, 1]
+    del hostvars["a1"]["vllm_cluster_stages_skipped"]
     hostvars["a1"]["vllm_cluster_plan"] = {"deployment": "chat", "ports": {"api": 8000}}
     hostvars["b1"]["vllm_cluster_plan"] = {"deployment": "embed", "ports": {"api": 8000}}
     # In inventory order whichever host asks: both deployments render the machine's one table alike.
@@ -307,14 +314,20 @@ def test_every_play_over_the_nodes_runs_one_batch_per_deployment():
                 assert "vllm_router" in hosts and "serial" not in one_play, name
                 continue
             if name == PLANNED_HOSTS_PLAY:  # read only, per host: the selection and its machine-mates
-                assert "__vllm_cluster_fleet" in hosts and "serial" not in one_play, name
+                planned = one_play["vars"]["__vllm_cluster_planned_hosts"]
+                assert "__vllm_cluster_planned_hosts" in hosts and "__vllm_cluster_fleet" in planned, name
+                assert "serial" not in one_play, name
                 continue
-            if hosts != expected_hosts:
+            # A deploy.yml stage's play names its stage: a deployment whose stage is skipped has no host there.
+            stage = (one_play.get("vars") or {}).get("deploy_stage_name")
+            suffix = "" if stage is None else f", stage='{'launch' if '{{' in str(stage) else stage}'"
+            if hosts != expected_hosts.replace(") }}", suffix + ") }}"):
                 unbatched.append(f"{name}: hosts {hosts!r}")
             elif name == ROLLING_PLAY:
-                if one_play.get("serial") != expected_serial.replace(") }}", ", rolling=true) }}"):
+                if one_play.get("serial") != expected_serial.replace(") }}", ", rolling=true" + suffix + ") }}"):
                     unbatched.append(f"{name}: serial {one_play.get('serial')!r}")
-            elif one_play.get("serial") != expected_serial and name not in PER_HOST_PLAYS:
+            elif (one_play.get("serial") != expected_serial.replace(") }}", suffix + ") }}")
+                  and name not in PER_HOST_PLAYS):
                 unbatched.append(f"{name}: serial {one_play.get('serial')!r}")
     assert not unbatched
 

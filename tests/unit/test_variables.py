@@ -281,3 +281,29 @@ def test_the_filter_reads_only_our_names_and_reports_a_broken_template():
         "the deployment's group from Ansible Vault or an environment lookup (inventories/prod.example/group_vars/"
         "vllm_nodes.yml shows both); to serve without a key (UNSAFE: anyone who reaches the API port can use it) set "
         "vllm_service_allow_no_api_key: true"]
+
+
+def test_the_known_names_are_kept_between_runs_and_read_again_when_a_file_changes(tmp_path, monkeypatch):
+    """Each task of a playbook is a new process: the names parsed once are kept in the user's cache, keyed by
+    every read file's path, mtime and size. A role that gains a variable must be known at once."""
+    from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import variables as declared
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "collection"
+    shutil.copytree(REPO / "meta", root / "meta")
+    shutil.copytree(REPO / "roles" / "vllm_verify", root / "roles" / "vllm_verify")
+    declared._known_read.cache_clear()
+    assert "vllm_verify_client_timeout_s" in known_variables(root)
+    kept = list((tmp_path / "cache" / "vllm-cluster").glob("known-variables-*.json"))
+    assert len(kept) == 1
+    declared._known_read.cache_clear()
+    parsed = []
+    monkeypatch.setattr(declared, "_known_parse", lambda *args: parsed.append(args) or ({}, {}))
+    assert known_variables(root) == known_variables(root) and "vllm_verify_client_timeout_s" in known_variables(root)
+    assert parsed == []  # read from the cache, not parsed
+    spec = root / "roles" / "vllm_verify" / "meta" / "argument_specs.yml"
+    spec.write_text(spec.read_text() + "\n")  # a changed file: parsed again
+    declared._known_read.cache_clear()
+    known_variables(root)
+    assert len(parsed) == 1
+    declared._known_read.cache_clear()

@@ -24,6 +24,7 @@ Ansible's internal ones) is never shown.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -87,9 +88,19 @@ def _plain(message):
     return re.sub(r"\b_?Ansible(?:Tagged|Lazy)?(Str|Int|Float|Bool|List|Dict)\w*", lambda m: m.group(1).lower(), message)
 
 
+def _native(value):
+    """``value`` as plain dicts and lists: the validator deep-copies what it checks, and a deep copy of Ansible's
+    lazy containers templates them again (the check's slowest step)."""
+    if isinstance(value, Mapping):
+        return {key: _native(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_native(item) for item in value]
+    return value
+
+
 def option_problem(name, value, option):
     """What is wrong with ``value`` for the option (Ansible's validator decides), or None."""
-    result = ArgumentSpecValidator({name: _validated(option)}).validate({name: value})
+    result = ArgumentSpecValidator({name: _validated(option)}).validate({name: _native(value)})
     if not result.error_messages:
         return None
     error = result.errors.errors[0]

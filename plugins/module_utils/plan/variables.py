@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
 import json
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import from_text, is_int, is_number
@@ -87,8 +89,35 @@ def _known_at(root):
     return _known_read(str(root), tuple(signature))
 
 
+def _cache_file(root, signature):
+    """Where the known names of this collection, as its files are now, are kept between runs: each task of a
+    playbook runs in a new process, and parsing every spec and task file is most of the check's time."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha256(json.dumps([root, signature]).encode()).hexdigest()[:32]
+    return Path(base) / "vllm-cluster" / f"known-variables-{key}.json"
+
+
 @functools.lru_cache(maxsize=4)
-def _known_read(root, _signature):
+def _known_read(root, signature):
+    cache = _cache_file(root, signature)
+    try:
+        kept = json.loads(cache.read_text())
+        return {name: Known(**entry) for name, entry in kept["known"].items()}, kept["prefixes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # none yet, or unreadable: read the files
+    known, prefixes = _known_parse(root)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        temporary = cache.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps({"known": {name: asdict(entry) for name, entry in known.items()},
+                                         "prefixes": prefixes}))
+        os.replace(temporary, cache)
+    except OSError:
+        pass  # a read-only home: the next run parses again
+    return known, prefixes
+
+
+def _known_parse(root):
     root = Path(root)
     known = {}
     for spec in INPUTS:
