@@ -18,7 +18,9 @@ then for issue 24's Ray on the lab: the head of a Ray plan gains RAY_ADDRESS and
 issue 18's independent DP replicas: every plan gains the key `data_parallel`; a dense model's DP replicas (20
 plans) become independent servers (argv without the multi-node and cross-node DP flags, no headless node,
 engines numbered per server, the decision's "why" line and wording); MoE DP plans (58) gain the "why" line
-in their decision; nothing else changed, the errors neither.
+in their decision; nothing else changed, the errors neither. Then for NVLink from the facts: every plan gains
+`cluster.nvlink_source` and every CUDA plan's "Cluster:" line says where NVLink came from (the corpus declares
+it, so "declared"; no layout changed, the requests and errors neither).
 """
 
 from __future__ import annotations

@@ -116,6 +116,7 @@ def _cluster(inputs):
         "gpu_name": inputs.gpu_name,
         "gpu_memory_gib": gib(inputs.gpu_memory_bytes),
         "nvlink": inputs.nvlink,
+        "nvlink_source": inputs.nvlink_source,
         "nodes": [{"name": node["name"], "address": node["address"]} for node in inputs.nodes],
     }
 

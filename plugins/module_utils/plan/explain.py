@@ -45,7 +45,7 @@ def _preamble(inputs):
             f"Cluster: {inputs.n_nodes} node(s) x {inputs.gpus_per_node} x {inputs.gpu_name} "
             f"({gib(inputs.gpu_memory_bytes)} GiB); usable {gib(per_gpu)} GiB per GPU, "
             f"{gib(per_gpu * inputs.gpus_per_node)} GiB per node at gpu_memory_utilization "
-            f"{inputs.gpu_memory_utilization:g}."
+            f"{inputs.gpu_memory_utilization:g}; {_nvlink_words(inputs)}."
         )
     else:
         lines.append(
@@ -63,6 +63,29 @@ def _preamble(inputs):
         pins = ", ".join(f"{k}={v}" for k, v in sorted(inputs.pins.items()))
         lines.append(f"Overrides pin {pins}; the tree below only decides what they leave open.")
     return lines
+
+
+def _nvlink_words(inputs):
+    """Whether the GPUs share NVLink, and where that came from (plan/inputs.py: _nvlink)."""
+    answer = "yes" if inputs.nvlink else "no"
+    source = inputs.nvlink_source
+    if source == "gathered":
+        return f"NVLink: {answer} (gathered: nvidia-smi topo -m)"
+    if source == "single GPU":
+        return "NVLink: none (one GPU per node)"
+    if source == "gpu name":
+        return f"NVLink: {answer} (from the GPU name: {inputs.nvlink_why})"
+    if source == "assumed":
+        return "NVLink: no (assumed: the GPU name is not in the planner's table)"
+    return f"NVLink: {answer} (declared)"
+
+
+# How to state NVLink, by where the request came from (plan/request.py: PlanRequest.origin).
+NVLINK_SETTING = {
+    "cli": "--nvlink or --no-nvlink",
+    "inventory": "nvlink in vllm_cluster_gpus, or gather the GPU facts (gpu_facts reads nvidia-smi topo -m)",
+    "request": "gpus.nvlink of each cluster node",
+}
 
 
 def decision(inputs, cand, ev, trace, default_missed, q2):
@@ -237,6 +260,12 @@ def warnings(inputs, cand, ev, default_missed):
         found.append(
             f"The default target of {DEFAULT_CONCURRENCY_TARGET} concurrent requests is not reached: "
             f"{held} at {inputs.max_model_len:,} tokens."
+        )
+    if inputs.nvlink_source == "assumed" and inputs.device == "cuda":
+        found.append(
+            f"GPU name {inputs.gpu_name!r} is not in the planner's NVLink table (plan/gpu_names.py): no NVLink is "
+            "assumed, so TP > 1 is planned only where TP=1 does not fit; state it with "
+            f"{NVLINK_SETTING[inputs.request.origin]}."
         )
     if cand.tp > 1 and not inputs.nvlink and inputs.device == "cuda":
         found.append(f"TP={cand.tp} runs without NVLink: every all-reduce crosses PCIe, expect poor TP scaling.")

@@ -26,6 +26,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks impor
     optional_integer,
     positive,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.gpu_names import nvlink_from_name
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.kv_cache import KV_CACHE_DTYPES
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.memory import BLOCK_SIZE
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.network_env import (
@@ -92,14 +93,12 @@ def _node_gpus_and_network(name, address, node):
     gpus = node.get("gpus")
     if not isinstance(gpus, dict):
         raise PlanError(f"node {name}: gpus must be a mapping {{count, name, memory_total_mib, nvlink}}, got {gpus!r}")
-    missing = [k for k in ("count", "name", "memory_total_mib", "nvlink") if k not in gpus]
+    missing = [k for k in ("count", "name", "memory_total_mib") if k not in gpus]
     if missing:
         raise PlanError(f"node {name}: gpus lacks {missing} (the gpu_facts summary keys)")
     count = integer(from_text(gpus["count"], "int"), f"node {name}: gpus.count")
     if gpus["name"] is None:
         raise PlanError(f"node {name} mixes GPU models (gpus.name is null): the GPUs of a replica must be identical")
-    if gpus["nvlink"] is None:
-        raise PlanError(f"node {name}: gpus.nvlink is unknown (null); gather the GPU topology or declare it")
     if not isinstance(gpus["name"], str) or not gpus["name"].strip():
         raise PlanError(f"node {name}: gpus.name must be a non-empty string, got {gpus['name']!r}")
     memory = positive(from_text(gpus["memory_total_mib"], "number"), f"node {name}: gpus.memory_total_mib")
@@ -108,10 +107,10 @@ def _node_gpus_and_network(name, address, node):
     if gpus.get("memory_cuda_total_mib") is not None:
         memory = positive(from_text(gpus["memory_cuda_total_mib"], "number"),
                           f"node {name}: gpus.memory_cuda_total_mib")
-    nvlink = boolean(from_text(gpus["nvlink"], "bool"), f"node {name}: gpus.nvlink")
     gpu_ids = _gpu_ids(name, node.get("gpu_ids"), count)
     if gpu_ids is not None:
         count = len(gpu_ids)
+    nvlink, nvlink_source, nvlink_why = _nvlink(name, gpus, count)
     interface = node.get("fabric_interface")
     hcas = node.get("ib_hcas")
     env = {}
@@ -126,8 +125,29 @@ def _node_gpus_and_network(name, address, node):
         "fabric_interface": interface,
         "network_env": env,
         "gpus": {"count": count, "name": gpus["name"].strip(), "memory_total_mib": memory, "nvlink": nvlink},
+        "nvlink_source": nvlink_source,
+        "nvlink_why": nvlink_why,
         "gpu_ids": gpu_ids,
     }
+
+
+def _nvlink(name, gpus, count):
+    """(nvlink, source, what the GPU name says) of a node: declared, gathered, else from the GPU name.
+
+    Sources: ``declared`` (gpus.nvlink given), ``gathered`` (gpu_facts' summary: its ``links`` matrix is what
+    ``nvidia-smi topo -m`` showed), ``single GPU``, ``gpu name`` (plan/gpu_names.py) or ``assumed`` (a name
+    that table does not know: no NVLink, the seed's answer without its NVLink exception; a warning says so).
+    """
+    given = gpus.get("nvlink")
+    if given is not None:
+        source = "gathered" if "links" in gpus else "declared"
+        return boolean(from_text(given, "bool"), f"node {name}: gpus.nvlink"), source, None
+    if count < 2:
+        return False, "single GPU", None
+    nvlink, what = nvlink_from_name(gpus["name"].strip(), count)
+    if nvlink is None:
+        return False, "assumed", None
+    return nvlink, "gpu name", what
 
 
 def _gpu_ids(name, value, count):
@@ -241,6 +261,8 @@ def prepare(request):
     inputs.gpu_name = first["name"]
     inputs.gpu_memory_bytes = first["memory_total_mib"] * 1024 * 1024
     inputs.nvlink = first["nvlink"]
+    inputs.nvlink_source = inputs.nodes[0]["nvlink_source"]
+    inputs.nvlink_why = inputs.nodes[0]["nvlink_why"]
 
     _prepare_targets(inputs, request, spec)
     _prepare_flags(inputs, request, spec)

@@ -1,0 +1,181 @@
+"""Facts drive the planner's defaults: NVLink from the gathered topology or the GPU's name, a pinned DP that
+overrides a throughput need says so, and RoPE scaling sets the max_model_len limit the way vLLM sets it.
+
+Each test's docstring says what it catches: the behaviour before these rules (``--nvlink`` true whatever the GPU,
+a pinned ``dp`` silently winning over a need while the decision says no need was given, ``max_position_embeddings``
+as the limit whatever the RoPE scaling) fails it.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi import summarize_gpus
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_query import parse_query_xml
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_topo import parse_topo_matrix
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import (
+    PlanRequest,
+    build_plan,
+    plan,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.gpu_names import nvlink_from_name
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = REPO / "bin" / "vllm-cluster"
+GPU_FIXTURES = REPO / "tests" / "fixtures" / "gpu"
+L40S_MIB = 46068  # memory.total of the captured L40S (tests/fixtures/gpu/public/csv-query-gpu-l40s-load.txt)
+H100_MIB = 81559
+
+
+def nodes(name, count, memory_mib, nvlink="unset", n=1):
+    gpus = {"count": count, "name": name, "memory_total_mib": memory_mib}
+    if nvlink != "unset":
+        gpus["nvlink"] = nvlink
+    return [{"name": f"node{i}", "address": f"10.0.0.{i + 1}", "gpus": dict(gpus)} for i in range(n)]
+
+
+def cli_json(*args):
+    result = subprocess.run([sys.executable, str(CLI), "plan", *args, "--json"], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def cluster_line(planned):
+    return next(line for line in planned["decision"] if line.startswith("Cluster:"))
+
+
+# --------------------------------------------------------------------------- NVLink
+
+
+# Real nvidia-smi names: the public captures in tests/fixtures/gpu/public, and names the product pages give.
+@pytest.mark.parametrize(("name", "nvlink"), [
+    ("NVIDIA H100 80GB HBM3", True),  # H100 SXM5 (csv-query-gpu-h100-80gb-hbm3-load.txt)
+    ("NVIDIA H200", True),  # tests/fixtures/gpu/h200x2
+    ("NVIDIA A100-SXM4-80GB", True),  # telegraf-a100-sxm4-80gb-mig.xml
+    ("NVIDIA B200", True),
+    ("NVIDIA GB200", True),
+    ("NVIDIA H100 NVL", True),  # a bridged pair
+    ("NVIDIA L40S", False),  # csv-query-gpu-l40s-load.txt
+    ("NVIDIA L40", False),
+    ("NVIDIA L4", False),
+    ("NVIDIA A10", False),
+    ("NVIDIA A10G", False),  # telegraf-a10g.xml
+    ("Tesla T4", False),  # telegraf-tesla-t4.xml
+    ("NVIDIA RTX 6000 Ada Generation", False),
+    ("NVIDIA RTX 4000 SFF Ada Generation", False),  # telegraf-rtx4000-sff-ada-schema-v13.xml
+    ("NVIDIA H100 PCIe", False),
+    ("NVIDIA A100-PCIE-40GB", False),
+    ("NVIDIA A100 80GB PCIe", False),
+    ("Tesla V100S-PCIE-32GB", False),  # datakit-8x-v100s-pcie-32gb-driver460.xml
+    ("NVIDIA GH200 480GB", None),  # not in the table: not read as H200
+    ("Tesla K80", None),
+    ("Acme X1", None),
+])
+def test_the_name_table_reads_the_form_factor(name, nvlink):
+    """A name read the wrong way (L4 as L40S, A10 as A100, GH200 as H200, a PCIe H100 as SXM) fails here."""
+    assert nvlink_from_name(name, 2)[0] is nvlink
+
+
+def test_bridged_cards_share_nvlink_only_as_far_as_the_bridge_reaches():
+    """H100 NVL bridges pairs, H200 NVL up to 4 cards: more GPUs per node share no NVLink."""
+    assert nvlink_from_name("NVIDIA H100 NVL", 2)[0] is True
+    assert nvlink_from_name("NVIDIA H100 NVL", 4) == (False, "H100 NVL cards are bridged in pairs, so NVLink does "
+                                                             "not join all 4")
+    assert nvlink_from_name("NVIDIA H200 NVL", 4)[0] is True
+    assert nvlink_from_name("NVIDIA H200 NVL", 8)[0] is False
+
+
+def test_a_pcie_gpu_name_plans_dp_replicas_not_tp():
+    """The issue's case: a model that fits one L40S but misses the per-replica target on 2x L40S (PCIe).
+
+    Before, an unset nvlink was refused in a request and was true on the command line, so the CLI planned TP=2 under
+    the "NVLink exception"; now the name says PCIe, and the plan is DP replicas of TP=1 and says where that came from.
+    """
+    planned = build_plan("llama-3.1-8b", nodes("NVIDIA L40S", 2, L40S_MIB),
+                         {"max_model_len": 32768, "concurrency_target": 12})
+    assert (planned["strategy"], planned["tp"], planned["dp"]) == ("dp_replicas", 1, 2)
+    assert (planned["cluster"]["nvlink"], planned["cluster"]["nvlink_source"]) == (False, "gpu name")
+    assert "NVLink: no (from the GPU name: a PCIe card without NVLink)" in cluster_line(planned)
+    assert any(line.startswith("TP over PCIe avoided") for line in planned["decision"])
+
+    cli = cli_json("--model", "llama-3.1-8b", "--gpus-per-node", "2", "--gpu-memory-gib", "45",
+                   "--gpu-name", "NVIDIA L40S", "--max-model-len", "32768", "--concurrency-target", "12")
+    assert (cli["strategy"], cli["tp"], cli["dp"]) == ("dp_replicas", 1, 2)
+
+
+def test_an_sxm_gpu_name_keeps_the_nvlink_exception():
+    """H100 SXM without a stated nvlink: NVLink from the name, so TP inside the node meets the per-replica target."""
+    planned = build_plan("llama-3.1-8b", nodes("NVIDIA H100 80GB HBM3", 8, H100_MIB), {"max_model_len": 32768})
+    assert (planned["strategy"], planned["tp"]) == ("tp", 2)
+    assert (planned["cluster"]["nvlink"], planned["cluster"]["nvlink_source"]) == (True, "gpu name")
+    assert "NVLink: yes (from the GPU name: an HGX Hopper SXM module)" in cluster_line(planned)
+
+
+def test_a_declared_nvlink_wins_over_the_name():
+    """A stated nvlink is the user's word: L40S declared with NVLink plans TP=2 as before, and says "declared"."""
+    planned = build_plan("llama-3.1-8b", nodes("NVIDIA L40S", 2, L40S_MIB, nvlink=True),
+                         {"max_model_len": 32768, "concurrency_target": 12})
+    assert (planned["strategy"], planned["tp"]) == ("tp", 2)
+    assert planned["cluster"]["nvlink_source"] == "declared"
+    assert "NVLink: yes (declared)" in cluster_line(planned)
+    cli = cli_json("--model", "llama-3.1-8b", "--gpus-per-node", "2", "--gpu-memory-gib", "45", "--gpu-name",
+                   "NVIDIA L40S", "--nvlink", "--max-model-len", "32768", "--concurrency-target", "12")
+    assert cli["tp"] == 2
+
+
+def gathered_h200x2(topology=True):
+    """gpu_facts' summary of the captured 2x H200 node (tests/fixtures/gpu/h200x2), with or without topo -m."""
+    parsed = parse_query_xml((GPU_FIXTURES / "h200x2" / "nvidia-smi-q.xml").read_text())
+    topo = parse_topo_matrix((GPU_FIXTURES / "h200x2" / "topo.txt").read_text()) if topology else None
+    return summarize_gpus(parsed, topo=topo)
+
+
+def test_gathered_topology_wins_over_the_name():
+    """The captured topology (NV18) says NVLink, and it is shown as gathered; where the topology says no NVLink
+    (links down), that wins over the SXM name. Before, the source was not shown at all."""
+    facts = gathered_h200x2()
+    assert facts["nvlink"] is True
+    cluster = [{"name": "h200", "address": "10.0.0.1", "gpus": facts}]
+    planned = build_plan("llama-3.1-8b", cluster, {"max_model_len": 32768})
+    assert (planned["cluster"]["nvlink"], planned["cluster"]["nvlink_source"]) == (True, "gathered")
+    assert "NVLink: yes (gathered: nvidia-smi topo -m)" in cluster_line(planned)
+
+    cluster[0]["gpus"] = dict(facts, nvlink=False)  # as topo -m shows when the NVLinks are down
+    planned = build_plan("llama-3.1-8b", cluster, {"max_model_len": 32768})
+    assert (planned["cluster"]["nvlink"], planned["cluster"]["nvlink_source"]) == (False, "gathered")
+
+
+def test_facts_gathered_without_the_topology_fall_back_to_the_name():
+    """gpu_facts with collect=[] leaves nvlink null: before, the planner refused the node; now the name decides."""
+    facts = gathered_h200x2(topology=False)
+    assert facts["nvlink"] is None
+    planned = build_plan("llama-3.1-8b", [{"name": "h200", "address": "10.0.0.1", "gpus": facts}])
+    assert (planned["cluster"]["nvlink"], planned["cluster"]["nvlink_source"]) == (True, "gpu name")
+
+
+def test_an_unknown_name_assumes_no_nvlink_and_says_how_to_state_it():
+    """An unknown name: no NVLink assumed (the seed's answer without its NVLink exception), and a warning names the
+    GPU and the setting, in the words of each caller. Before, the CLI assumed NVLink silently."""
+    planned = build_plan("llama-3.1-8b", nodes("Acme X1", 2, H100_MIB), {"max_model_len": 32768})
+    assert (planned["cluster"]["nvlink"], planned["cluster"]["nvlink_source"]) == (False, "assumed")
+    assert "NVLink: no (assumed: the GPU name is not in the planner's table)" in cluster_line(planned)
+    warning = next(w for w in planned["warnings"] if "NVLink table" in w)
+    assert "'Acme X1'" in warning and "gpus.nvlink of each cluster node" in warning
+
+    cli = cli_json("--model", "llama-3.1-8b", "--gpus-per-node", "2", "--gpu-memory-gib", "80")
+    assert any("GPU name 'unknown GPU'" in w and "--nvlink or --no-nvlink" in w for w in cli["warnings"])
+
+    variables = {"vllm_cluster_model": "llama-3.1-8b"}
+    inventory = plan(PlanRequest.from_variables(variables, nodes("Acme X1", 2, H100_MIB), host="node0"))
+    assert any("nvlink in vllm_cluster_gpus" in w for w in inventory["warnings"])
+
+
+def test_one_gpu_per_node_needs_no_nvlink_and_no_warning():
+    """One GPU per node: NVLink does not matter, so an unknown name is no reason to warn."""
+    planned = build_plan("llama-3.1-8b", nodes("Acme X1", 1, H100_MIB))
+    assert (planned["cluster"]["nvlink"], planned["cluster"]["nvlink_source"]) == (False, "single GPU")
+    assert "NVLink: none (one GPU per node)" in cluster_line(planned)
+    assert not any("NVLink table" in w for w in planned["warnings"])
