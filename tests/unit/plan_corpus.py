@@ -20,7 +20,10 @@ plans) become independent servers (argv without the multi-node and cross-node DP
 engines numbered per server, the decision's "why" line and wording); MoE DP plans (58) gain the "why" line
 in their decision; nothing else changed, the errors neither. Then for NVLink from the facts: every plan gains
 `cluster.nvlink_source` and every CUDA plan's "Cluster:" line says where NVLink came from (the corpus declares
-it, so "declared"; no layout changed, the requests and errors neither).
+it, so "declared"; no layout changed, the requests and errors neither), then for a pinned dp: where it leaves
+a throughput need unused (10 plans) the decision's Q2 line checks the need against the pinned replicas and a
+warning names both when the pin falls short or the need cannot be checked, and where no need was given (13 plans)
+the Q2 line no longer says "one replica is planned" above several (no layout changed).
 """
 
 from __future__ import annotations

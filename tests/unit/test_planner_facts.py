@@ -16,6 +16,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_query import parse_query_xml
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_topo import parse_topo_matrix
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import (
+    PlanError,
     PlanRequest,
     build_plan,
     plan,
@@ -179,3 +180,53 @@ def test_one_gpu_per_node_needs_no_nvlink_and_no_warning():
     assert (planned["cluster"]["nvlink"], planned["cluster"]["nvlink_source"]) == (False, "single GPU")
     assert "NVLink: none (one GPU per node)" in cluster_line(planned)
     assert not any("NVLink table" in w for w in planned["warnings"])
+
+
+# --------------------------------------------------------------------------- a pinned DP and a throughput need
+
+
+def q2_line(planned):
+    return next(line for line in planned["decision"] if line.startswith("Q2"))
+
+
+def test_a_pinned_dp_below_the_need_is_a_warning_naming_both():
+    """Before, dp=4 won silently and the decision said "No throughput need was given"."""
+    planned = build_plan("qwen2.5-7b", nodes("NVIDIA H100 80GB HBM3", 4, H100_MIB), {"throughput_need_tok_s": 100000},
+                         {"dp": 4})
+    assert planned["dp"] == 4
+    assert not any("No throughput need was given" in line for line in planned["decision"])
+    assert q2_line(planned).startswith("Q2 Are the 4 pinned replicas fast enough? No: 100,000 tok/s needed")
+    assert "dp=4 is pinned and wins over the need" in q2_line(planned)
+    assert ("The pinned dp=4 overrides the throughput need of 100,000 tok/s (throughput_need_tok_s=100000): the need "
+            "asks for 18 replicas, 4 are planned.") in planned["warnings"]
+    cli = cli_json("--model", "qwen2.5-7b", "--gpus-per-node", "4", "--gpu-memory-gib", "80", "--gpu-name",
+                   "NVIDIA H100 80GB HBM3", "--dp", "4", "--throughput-need", "100000")
+    assert any(w.startswith("The pinned --dp 4 overrides the throughput need of 100,000 tok/s (--throughput-need "
+                            "100000)") for w in cli["warnings"])
+
+
+def test_a_pinned_dp_that_meets_the_need_says_so_without_a_warning():
+    """Enough pinned replicas: the decision checks the need against them, and nothing is overridden."""
+    planned = build_plan("qwen2.5-7b", nodes("NVIDIA H100 80GB HBM3", 4, H100_MIB),
+                         {"throughput_need_tok_s": 8000, "replica_throughput_tok_s": 5000}, {"dp": 4})
+    assert q2_line(planned) == ("Q2 Are the 4 pinned replicas fast enough? Yes: 8,000 tok/s needed, the measured "
+                                "baseline of 5,000 tok/s per replica: 2 replicas would do.")
+    assert not any("pinned" in w for w in planned["warnings"])
+
+
+def test_a_pinned_dp_without_a_need_does_not_claim_one_replica():
+    """Before: "No throughput need was given, so one replica is planned" above a plan of 4 replicas."""
+    planned = build_plan("qwen2.5-7b", nodes("NVIDIA H100 80GB HBM3", 4, H100_MIB), None, {"dp": 4})
+    assert q2_line(planned) == "Q2 Is one GPU fast enough? No throughput need was given; dp=4 plans 4 replicas."
+
+
+def test_a_pinned_dp_with_a_need_it_cannot_estimate_is_planned_with_a_warning():
+    """No replica throughput to compare with (an unknown GPU, no baseline): the pin decides and a warning says the
+    need was not checked; the need alone would be refused (it cannot size replicas)."""
+    planned = build_plan("qwen2.5-7b", nodes("Acme X1", 4, H100_MIB, nvlink=True), {"throughput_need_tok_s": 3000},
+                         {"dp": 4})
+    assert planned["dp"] == 4
+    assert any(w.startswith("The pinned dp=4 decides the replicas; the throughput need of 3,000 tok/s "
+                            "(throughput_need_tok_s=3000) was not checked against it") for w in planned["warnings"])
+    with pytest.raises(PlanError, match="cannot estimate one replica's throughput on 'Acme X1'"):
+        build_plan("qwen2.5-7b", nodes("Acme X1", 4, H100_MIB, nvlink=True), {"throughput_need_tok_s": 3000})

@@ -107,7 +107,10 @@ def decision(inputs, cand, ev, trace, default_missed, q2):
     if rule is not None:
         lines += _one_gpu_rule_lines(inputs, rule, cand, ev)
     elif cand.step == "single":
-        if q2 is None:
+        if q2 is None and cand.dp > 1:
+            pin = inputs.request.setting("overrides.dp", cand.dp)
+            lines.append(f"Q2 Is one GPU fast enough? No throughput need was given; {pin} plans {cand.dp} replicas.")
+        elif q2 is None:
             lines.append("Q2 Is one GPU fast enough? No throughput need was given, so one replica is planned.")
     elif cand.step == "ep_dp":
         tried = _tried(inputs, [(c, e) for c, e in trace if c.step == "ep_dp"])
@@ -294,6 +297,8 @@ def warnings(inputs, cand, ev, default_missed):
             )
     if cand.tp_across:
         found.append(f"TP={cand.tp} crosses nodes (allow_tp_across_nodes): a lab layout, not a production one.")
+    if getattr(inputs, "pinned_dp_warning", None):
+        found.append(inputs.pinned_dp_warning)
     if inputs.gpu_memory_utilization > 0.95 and inputs.device == "cuda":
         found.append(f"gpu_memory_utilization {inputs.gpu_memory_utilization} leaves little room for other processes.")
     if "chunked" in (spec.get("layer_attention") or ()):

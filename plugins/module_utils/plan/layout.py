@@ -454,29 +454,58 @@ def _hbm_bandwidth(inputs):
     return None
 
 
+def _replica_throughput(inputs, ev):
+    """One replica's tokens/s and the sentence on where it comes from; (None, None) when it cannot be estimated."""
+    if inputs.replica_throughput is not None:
+        per_replica = inputs.replica_throughput
+        return per_replica, f"the measured baseline of {per_replica:,.0f} tok/s per replica"
+    bandwidth = _hbm_bandwidth(inputs)
+    if bandwidth is None:
+        return None, None
+    tpot = ev["weights_max"] / (bandwidth * 1e12) * DECODE_SLOWDOWN
+    batch = min(ESTIMATE_CONCURRENCY, max(ev["concurrency"], 1.0))
+    per_replica = batch / tpot
+    return per_replica, (
+        f"an estimate of {per_replica:,.0f} tok/s per replica ({batch:.0f} concurrent requests, "
+        f"{DECODE_SLOWDOWN}x the {bandwidth} TB/s weight-streaming roofline; measure it and pass "
+        "replica_throughput_tok_s)"
+    )
+
+
+def _no_estimate(inputs):
+    return (f"the planner cannot estimate one replica's throughput on {inputs.gpu_name!r} ({inputs.device}): "
+            "measure the single-replica baseline (the seed's step 0) and pass replica_throughput_tok_s")
+
+
 def _throughput_dp(inputs, ev):
     """Replicas needed for the throughput need: (dp, sentence on the per-replica figure)."""
     need = inputs.throughput_need
-    if inputs.replica_throughput is not None:
-        per_replica = inputs.replica_throughput
-        source = f"the measured baseline of {per_replica:,.0f} tok/s per replica"
-    else:
-        bandwidth = _hbm_bandwidth(inputs)
-        if bandwidth is None:
-            raise PlanError(
-                f"{inputs.request.setting('targets.throughput_need_tok_s', f'{need:,.0f}')} but the planner cannot "
-                f"estimate one replica's throughput on {inputs.gpu_name!r} ({inputs.device}): measure the "
-                "single-replica baseline (the seed's step 0) and pass replica_throughput_tok_s"
-            )
-        tpot = ev["weights_max"] / (bandwidth * 1e12) * DECODE_SLOWDOWN
-        batch = min(ESTIMATE_CONCURRENCY, max(ev["concurrency"], 1.0))
-        per_replica = batch / tpot
-        source = (
-            f"an estimate of {per_replica:,.0f} tok/s per replica ({batch:.0f} concurrent requests, "
-            f"{DECODE_SLOWDOWN}x the {bandwidth} TB/s weight-streaming roofline; measure it and pass "
-            "replica_throughput_tok_s)"
-        )
+    per_replica, source = _replica_throughput(inputs, ev)
+    if per_replica is None:
+        raise PlanError(
+            f"{inputs.request.setting('targets.throughput_need_tok_s', f'{need:,.0f}')} but {_no_estimate(inputs)}")
     return max(1, math.ceil(need / per_replica)), source
+
+
+def _pinned_dp_against_need(inputs, cand, ev):
+    """Q2 under a pinned DP: the pin sizes the replicas; (sentence, warning or None) say what the need asks."""
+    pin = inputs.request.setting("overrides.dp", cand.dp)
+    need = (f"the throughput need of {inputs.throughput_need:,.0f} tok/s "
+            f"({inputs.request.setting('targets.throughput_need_tok_s', f'{inputs.throughput_need:g}')})")
+    question = "Q2 Is the pinned replica fast enough?" if cand.dp == 1 else \
+        f"Q2 Are the {cand.dp} pinned replicas fast enough?"
+    per_replica, source = _replica_throughput(inputs, ev)
+    if per_replica is None:
+        return (f"{question} Not checked: {pin} sizes the replicas and {_no_estimate(inputs)}.",
+                f"The pinned {pin} decides the replicas; {need} was not checked against it: {_no_estimate(inputs)}.")
+    dp = max(1, math.ceil(inputs.throughput_need / per_replica))
+    if dp <= cand.dp:
+        return (f"{question} Yes: {inputs.throughput_need:,.0f} tok/s needed, {source}: "
+                f"{dp} replica{'s' if dp > 1 else ''} would do."), None
+    return (f"{question} No: {inputs.throughput_need:,.0f} tok/s needed, {source}: {dp} replicas would do, but "
+            f"{pin} is pinned and wins over the need."), (
+            f"The pinned {pin} overrides {need}: the need asks for {dp} replicas, {cand.dp} "
+            f"{'is' if cand.dp == 1 else 'are'} planned.")
 
 
 def scale_for_throughput(inputs, cand, ev):
@@ -487,7 +516,8 @@ def scale_for_throughput(inputs, cand, ev):
         return cand, ev, ("Q2 (throughput): EP + DP already spreads requests over every DP rank; "
                           "measure it with the fixed benchmark.")
     if "dp" in inputs.pins:
-        return cand, ev, None
+        sentence, inputs.pinned_dp_warning = _pinned_dp_against_need(inputs, cand, ev)
+        return cand, ev, sentence
     dp, source = _throughput_dp(inputs, ev)
     need_text = inputs.request.setting("targets.throughput_need_tok_s", f"{inputs.throughput_need:,.0f}")
     if dp <= 1:
