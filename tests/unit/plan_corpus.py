@@ -23,7 +23,9 @@ in their decision; nothing else changed, the errors neither. Then for NVLink fro
 it, so "declared"; no layout changed, the requests and errors neither), then for a pinned dp: where it leaves
 a throughput need unused (10 plans) the decision's Q2 line checks the need against the pinned replicas and a
 warning names both when the pin falls short or the need cannot be checked, and where no need was given (13 plans)
-the Q2 line no longer says "one replica is planned" above several (no layout changed).
+the Q2 line no longer says "one replica is planned" above several (no layout changed), then for RoPE scaling:
+every plan's model gains `max_model_len_limit` (no corpus model has a linear or dynamic factor, so no limit,
+layout or error changed).
 """
 
 from __future__ import annotations

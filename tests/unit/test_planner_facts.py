@@ -15,6 +15,7 @@ import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi import summarize_gpus
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_query import parse_query_xml
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.facts.nvidia_smi_topo import parse_topo_matrix
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import (
     PlanError,
     PlanRequest,
@@ -230,3 +231,69 @@ def test_a_pinned_dp_with_a_need_it_cannot_estimate_is_planned_with_a_warning():
                             "(throughput_need_tok_s=3000) was not checked against it") for w in planned["warnings"])
     with pytest.raises(PlanError, match="cannot estimate one replica's throughput on 'Acme X1'"):
         build_plan("qwen2.5-7b", nodes("Acme X1", 4, H100_MIB, nvlink=True), {"throughput_need_tok_s": 3000})
+
+
+# --------------------------------------------------------------------------- RoPE scaling and max_model_len
+
+
+def tiny(**changes):
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
+              "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 32, "vocab_size": 512, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+    config.update(changes)
+    return {"config": config}
+
+
+def plan_tiny(max_model_len, **changes):
+    return build_plan(tiny(**changes), nodes("NVIDIA H100 80GB HBM3", 1, H100_MIB), {"max_model_len": max_model_len},
+                      model_path="/m")
+
+
+@pytest.mark.parametrize("rope", [{"rope_type": "linear", "factor": 4.0}, {"type": "linear", "factor": 4.0},
+                                  {"rope_type": "dynamic", "factor": 4}])
+def test_linear_and_dynamic_scaling_raise_the_limit(rope):
+    """vLLM multiplies max_position_embeddings by a linear or dynamic factor: 4 x 4,096 is accepted there.
+    Before, 16,384 was refused as longer than max_position_embeddings."""
+    planned = plan_tiny(16384, rope_scaling=rope)
+    assert planned["targets"]["max_model_len"] == 16384
+    assert planned["model"]["max_model_len_limit"] == 16384
+    with pytest.raises(PlanError, match=r"max_model_len 16,385 exceeds the model's limit 16,384 "
+                                        r"\(max_position_embeddings 4,096 x rope_scaling factor 4, (linear|dynamic)\)"):
+        plan_tiny(16385, rope_scaling=rope)
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024},
+    {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 1024},
+    {"rope_type": "longrope", "factor": 4.0, "short_factor": [1.0], "long_factor": [4.0]},
+])
+def test_scaling_types_whose_length_is_scaled_already_keep_the_limit(rope):
+    """yarn, llama3 and longrope configs state the scaled length: vLLM applies no factor, so neither may the planner
+    (a factor applied to every rope_scaling fails here; before, the plan had no max_model_len_limit)."""
+    assert plan_tiny(4096, rope_scaling=rope)["model"]["max_model_len_limit"] == 4096
+    with pytest.raises(PlanError, match="exceeds the model's max_position_embeddings 4,096"):
+        plan_tiny(4097, rope_scaling=rope)
+
+
+def test_gemma3_is_never_scaled():
+    """gemma-3-27b's config has linear factor 8, which vLLM skips for Gemma 3 (its 128K is scaled already)."""
+    spec = mc.load_model("gemma-3-27b")
+    assert (spec["max_position_embeddings"], spec["max_model_len_limit"]) == (131072, 131072)
+
+
+def test_rope_parameters_per_layer_type_and_a_null_factor():
+    """transformers 5's rope_parameters (nested by layer type: the last type with a factor wins) and a null factor
+    (counted as 1), as vLLM reads them."""
+    nested = {"full_attention": {"rope_type": "linear", "factor": 2.0},
+              "sliding_attention": {"rope_type": "default"}}
+    assert mc.load_model(tiny(rope_parameters=nested), "/m")["max_model_len_limit"] == 8192
+    assert mc.load_model(tiny(rope_scaling={"rope_type": "linear", "factor": None}), "/m")["max_model_len_limit"] == 4096
+    with pytest.raises(mc.ModelConfigError, match="rope_scaling.factor must be a positive number, got 'x'"):
+        mc.load_model(tiny(rope_scaling={"rope_type": "linear", "factor": "x"}), "/m")
+
+
+def test_the_default_max_model_len_follows_the_scaled_limit():
+    """The planner's default (8,192, capped by the model) is capped by the scaled limit, not the unscaled one."""
+    planned = build_plan(tiny(max_position_embeddings=2048, rope_scaling={"rope_type": "linear", "factor": 4.0}),
+                         nodes("NVIDIA H100 80GB HBM3", 1, H100_MIB), model_path="/m")
+    assert planned["targets"]["max_model_len"] == 8192

@@ -273,12 +273,16 @@ def prepare(request):
 
 def _prepare_targets(inputs, request, spec):
     targets = mapping(request.section("targets"), "targets", TARGETS)
-    limit = spec["max_position_embeddings"]
+    limit = spec["max_model_len_limit"]
     default_len = DEFAULT_MAX_MODEL_LEN if limit is None else min(DEFAULT_MAX_MODEL_LEN, limit)
     inputs.max_model_len = integer(targets.get("max_model_len", default_len), request.label("targets.max_model_len"))
     if limit is not None and inputs.max_model_len > limit:
+        factor, rope_type = spec["_rope_scaling"]
+        what = f"max_position_embeddings {spec['max_position_embeddings']:,}"
+        if rope_type is not None:
+            what = f"limit {limit:,} ({what} x rope_scaling factor {factor:g}, {rope_type})"
         raise PlanError(
-            f"max_model_len {inputs.max_model_len:,} exceeds the model's max_position_embeddings {limit:,}: "
+            f"max_model_len {inputs.max_model_len:,} exceeds the model's {what}: "
             "vLLM refuses it (unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
         )
     utilization = targets.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION)

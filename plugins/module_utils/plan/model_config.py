@@ -112,6 +112,38 @@ def _bool_field(cfg, key, default=False):
     return value
 
 
+# RoPE types whose factor vLLM leaves out of the max_model_len limit: their max_position_embeddings is the scaled
+# length already ("su" and "telechat3-yarn" are old names of longrope and yarn).
+ROPE_TYPES_ALREADY_SCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling",
+                             "telechat3-yarn")
+
+
+def rope_scaling(text, model_type):
+    """(factor, RoPE type) by which vLLM multiplies max_position_embeddings into its max_model_len limit.
+
+    vLLM's rule, vllm/config/model.py ``_get_and_verify_max_len`` (vLLM 0.32): the RoPE parameters
+    (config.json's ``rope_scaling``, else ``rope_parameters``, as transformers reads them; one mapping per layer
+    type when nested; ``type`` is the old name of ``rope_type``) scale the limit by their ``factor`` unless the
+    type is in ROPE_TYPES_ALREADY_SCALED; the last layer type with a factor wins, a null factor counts as 1, and
+    Gemma 3 (model type ``gemma3*``) is never scaled (its length is scaled already). (1.0, None): no scaling.
+    """
+    parameters = text.get("rope_scaling") or text.get("rope_parameters")
+    if not isinstance(parameters, dict) or not parameters or "gemma3" in model_type:
+        return 1.0, None
+    nested = all(isinstance(value, dict) or value is None for value in parameters.values())
+    factor, scaled_by = 1.0, None
+    for entry in (parameters.values() if nested else [parameters]):
+        if not entry:
+            continue
+        rope_type = entry.get("rope_type", entry.get("type", "default"))
+        if rope_type in ROPE_TYPES_ALREADY_SCALED or "factor" not in entry:
+            continue
+        factor, scaled_by = entry["factor"], rope_type
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int | float) or factor <= 0):
+            raise ModelConfigError(f"model config field rope_scaling.factor must be a positive number, got {factor!r}")
+    return (1.0, None) if factor is None or factor == 1 else (float(factor), scaled_by)
+
+
 def serving_dtype(cfg):
     """The dtype ``vllm serve --dtype auto`` runs in, and its bytes per value.
 
@@ -297,6 +329,7 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes
     vocab = _int_field(text, "vocab_size")
     intermediate = _int_field(text, "intermediate_size")
     max_positions = _int_field(text, "max_position_embeddings", required=False)
+    rope_factor, rope_type = rope_scaling(text, model_type.lower())
     tied = _bool_field(text, "tie_word_embeddings", default=False)
     dtype, dtype_bytes = serving_dtype(text)
     try:
@@ -422,6 +455,8 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes
         "quantization": quant_method,
         "weight_bytes_per_param": round(weight_bytes, 6),
         "max_position_embeddings": max_positions,
+        # the longest --max-model-len vLLM accepts without VLLM_ALLOW_LONG_MAX_MODEL_LEN (rope_scaling above)
+        "max_model_len_limit": None if max_positions is None else math.floor(max_positions * rope_factor),
         "sliding_window": sliding_window,
         "attention_chunk_size": chunk_size,
         "layer_attention": kinds,
@@ -436,6 +471,7 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes
         "_q_nope": nope,
         "_weights_scale": 1.0,
         "_sinks": is_gpt_oss,  # one attention-sink logit per head (gpt_oss.py OAIAttention.sinks)
+        "_rope_scaling": (rope_factor, rope_type),
         "_router_bias": is_gpt_oss,
         "_expert_bias": is_gpt_oss,  # gate_up_proj_bias and down_proj_bias per expert
         "_experts_only_quantized": experts_only,
