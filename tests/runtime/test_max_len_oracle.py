@@ -3,7 +3,7 @@
 The oracle (tests/runtime/vllm_max_len_oracle.py, run by the runtime venv's Python) reads
 each config through transformers and asks vLLM 0.32's ``_get_and_verify_max_len`` whether
 it accepts a max_model_len. For every case the planner's limit (``max_model_len_limit``,
-plan/model_config.py ``rope_scaling``) must be accepted and one token more refused: a
+plan/rope.py ``rope_scaling``) must be accepted and one token more refused: a
 factor applied where vLLM does not apply it (yarn, llama3, Gemma 3) or left out where it
 does (linear, dynamic) fails here.
 """

@@ -502,10 +502,11 @@ def _pinned_dp_against_need(inputs, cand, ev):
     if dp <= cand.dp:
         return (f"{question} Yes: {inputs.throughput_need:,.0f} tok/s needed, {source}: "
                 f"{dp} replica{'s' if dp > 1 else ''} would do."), None
-    return (f"{question} No: {inputs.throughput_need:,.0f} tok/s needed, {source}: {dp} replicas would do, but "
-            f"{pin} is pinned and wins over the need."), (
-            f"The pinned {pin} overrides {need}: the need asks for {dp} replicas, {cand.dp} "
-            f"{'is' if cand.dp == 1 else 'are'} planned.")
+    sentence = (f"{question} No: {inputs.throughput_need:,.0f} tok/s needed, {source}: {dp} replicas would do, but "
+                f"{pin} is pinned and wins over the need.")
+    warning = (f"The pinned {pin} overrides {need}: the need asks for {dp} replicas, {cand.dp} "
+               f"{'is' if cand.dp == 1 else 'are'} planned.")
+    return sentence, warning
 
 
 def scale_for_throughput(inputs, cand, ev):

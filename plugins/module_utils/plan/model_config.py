@@ -22,6 +22,8 @@ import math
 import os
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_catalog
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.pipeline import pp_partition  # noqa: F401 (mc.pp_partition)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.rope import RopeScalingError, rope_scaling
 
 GIB = 1024**3
 # vLLM pads the vocabulary of VocabParallelEmbedding / ParallelLMHead to this.
@@ -110,38 +112,6 @@ def _bool_field(cfg, key, default=False):
     if not isinstance(value, bool):
         raise ModelConfigError(f"model config field {key!r} must be true or false, got {value!r}")
     return value
-
-
-# RoPE types whose factor vLLM leaves out of the max_model_len limit: their max_position_embeddings is the scaled
-# length already ("su" and "telechat3-yarn" are old names of longrope and yarn).
-ROPE_TYPES_ALREADY_SCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling",
-                             "telechat3-yarn")
-
-
-def rope_scaling(text, model_type):
-    """(factor, RoPE type) by which vLLM multiplies max_position_embeddings into its max_model_len limit.
-
-    vLLM's rule, vllm/config/model.py ``_get_and_verify_max_len`` (vLLM 0.32): the RoPE parameters
-    (config.json's ``rope_scaling``, else ``rope_parameters``, as transformers reads them; one mapping per layer
-    type when nested; ``type`` is the old name of ``rope_type``) scale the limit by their ``factor`` unless the
-    type is in ROPE_TYPES_ALREADY_SCALED; the last layer type with a factor wins, a null factor counts as 1, and
-    Gemma 3 (model type ``gemma3*``) is never scaled (its length is scaled already). (1.0, None): no scaling.
-    """
-    parameters = text.get("rope_scaling") or text.get("rope_parameters")
-    if not isinstance(parameters, dict) or not parameters or "gemma3" in model_type:
-        return 1.0, None
-    nested = all(isinstance(value, dict) or value is None for value in parameters.values())
-    factor, scaled_by = 1.0, None
-    for entry in (parameters.values() if nested else [parameters]):
-        if not entry:
-            continue
-        rope_type = entry.get("rope_type", entry.get("type", "default"))
-        if rope_type in ROPE_TYPES_ALREADY_SCALED or "factor" not in entry:
-            continue
-        factor, scaled_by = entry["factor"], rope_type
-        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int | float) or factor <= 0):
-            raise ModelConfigError(f"model config field rope_scaling.factor must be a positive number, got {factor!r}")
-    return (1.0, None) if factor is None or factor == 1 else (float(factor), scaled_by)
 
 
 def serving_dtype(cfg):
@@ -329,7 +299,10 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes
     vocab = _int_field(text, "vocab_size")
     intermediate = _int_field(text, "intermediate_size")
     max_positions = _int_field(text, "max_position_embeddings", required=False)
-    rope_factor, rope_type = rope_scaling(text, model_type.lower())
+    try:
+        rope_factor, rope_type = rope_scaling(text, model_type.lower())
+    except RopeScalingError as exc:
+        raise ModelConfigError(str(exc)) from None
     tied = _bool_field(text, "tie_word_embeddings", default=False)
     dtype, dtype_bytes = serving_dtype(text)
     try:
@@ -717,18 +690,6 @@ def model_bytes(spec):
         non_expert, routed = layer_bytes(spec, index, 1)
         total += non_expert + routed
     return total
-
-
-def pp_partition(layers, pp):
-    """Layers per pipeline stage, exactly as vLLM's ``get_pp_indices`` splits them.
-
-    The remainder goes to the stages before the last, from the second-to-last
-    backwards (the last stage also holds the norm and the LM head).
-    """
-    partitions = [layers // pp] * pp
-    for i in range(2, layers % pp + 2):
-        partitions[-i] += 1
-    return partitions
 
 
 def public_view(spec):
