@@ -8,7 +8,6 @@ fleet_machine_plans.yml, deployment_service.yml). The logic is plugins/module_ut
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_ops.cluster.plugins.module_utils import launch
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import stages as deploy_stages
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import fleet
 
@@ -113,7 +112,7 @@ def _stage_to_run(selected, hostvars, stage):
     skipped stage's play has no host to visit. Without the fact (the stage's playbook run alone) all are kept."""
     if stage is None or hostvars is None:
         return selected
-    names = [mode.stage for mode in launch.MODES.values() if mode.stage] if stage == deploy_stages.LAUNCH else [stage]
+    names = deploy_stages.LAUNCH_STAGES if stage == deploy_stages.LAUNCH else [stage]
     kept = []
     for name, members in selected:
         variables = hostvars[members[0]] if members[0] in hostvars else {}

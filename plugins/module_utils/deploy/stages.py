@@ -68,11 +68,9 @@ STAGES = (
           "the vLLM unit: the same invocation that verify saw"),
 )
 #: Every stage name a stamp may carry: the fixed stages and every launch mode's own.
-ALL_NAMES = tuple(
-    name
-    for stage in STAGES
-    for name in ([mode.stage for mode in launch.MODES.values() if mode.stage] if stage.name == LAUNCH else [stage.name])
-)
+# The stages a launch mode may put in the launch slot (ray's; mp has none).
+LAUNCH_STAGES = tuple(mode.stage for mode in launch.MODES.values() if mode.stage)
+ALL_NAMES = tuple(name for stage in STAGES for name in (LAUNCH_STAGES if stage.name == LAUNCH else [stage.name]))
 
 
 def for_plan(plan):
