@@ -33,6 +33,12 @@ options:
     type: list
     elements: str
     default: []
+  free_space:
+    description:
+      - Paths whose filesystem's free space is wanted (the nearest existing directory's, for a path not created yet).
+    type: list
+    elements: path
+    default: []
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -74,6 +80,12 @@ units:
   type: dict
   sample: {"vllm.service": {"load_state": "loaded", "active_state": "active", "sub_state": "running",
            "unit_file_state": "enabled", "fragment_path": "/etc/systemd/system/vllm.service", "stopped_pids": []}}
+free_space:
+  description: Per path of O(free_space) - checked (the directory read), free_bytes, total_bytes, free_inodes.
+  returned: always
+  type: dict
+  sample: {"/var/lib/vllm-cluster/.cache": {"checked": "/var/lib/vllm-cluster", "free_bytes": 52613349376,
+           "total_bytes": 105089261568, "free_inodes": 6422528}}
 systemd_version:
   description: systemd's major version (0 when systemctl is missing or unreadable).
   returned: always
@@ -85,6 +97,7 @@ import socket  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.host_state import (  # noqa: E402
     UNIT_PROPERTIES,
+    free_space,
     path_state,
     systemd_major,
     unit_state,
@@ -99,6 +112,7 @@ def main():
             "checksums": {"type": "list", "elements": "path", "default": []},
             "users": {"type": "list", "elements": "str", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
+            "free_space": {"type": "list", "elements": "path", "default": []},
         },
         supports_check_mode=True,
     )
@@ -107,6 +121,7 @@ def main():
     try:
         paths = {path: path_state(path, path in params["checksums"])
                  for path in dict.fromkeys(params["paths"] + params["checksums"])}
+        space = {path: free_space(path) for path in params["free_space"]}
     except OSError as error:
         module.fail_json(msg=f"host {host}: cannot read {error.filename}: {error.strerror}")
     users = {name: user_state(name) for name in params["users"]}
@@ -123,7 +138,7 @@ def main():
         version = systemd_major(out) if rc == 0 else 0
     elif params["units"]:
         module.fail_json(msg=f"host {host}: systemctl not found; cannot read the units {', '.join(params['units'])}")
-    module.exit_json(changed=False, paths=paths, users=users, units=units, systemd_version=version)
+    module.exit_json(changed=False, paths=paths, users=users, units=units, free_space=space, systemd_version=version)
 
 
 if __name__ == "__main__":

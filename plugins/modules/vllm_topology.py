@@ -70,6 +70,14 @@ options:
         from O(startup_profile).
     type: int
     default: 0
+  error_grace:
+    description:
+      - Seconds the journal may stay silent after an error line before the start counts as failed (with O(plan)).
+        An error followed by more lines is not a failure by itself (vLLM survives some, such as a cache file it
+        could not write); a start that comes up with errors is up, and its errors become a warning and
+        C(tolerated_errors).
+    type: int
+    default: 60
   resume:
     description:
       - The C(wait) of the previous round's fact, when the wait runs in rounds (one module run each) - the start
@@ -162,6 +170,8 @@ ansible_facts:
           process name per worker pid), C(engines) (KV tokens, max concurrency per engine),
           C(dp_leaders), C(headless), C(expert_parallel), C(kv_memory), C(weights), C(server_url),
           C(configured) (sizes from C(non-default args)), C(errors), C(version), C(lines).
+        - C(tolerated_errors) - the error lines of a start that came up all the same (see O(error_grace)); their
+          lines are no longer in C(errors).
         - C(startup_phase) - where vLLM's start-up got to (C(plugins/module_utils/parsers/vllm_phases.py), the
           doctor's reader) - C(phase) (the last phase reached by the least advanced rank, or before any rank the
           furthest process), C(finished), C(current) (the phase it is in now), C(title), C(line) (the journal line
@@ -170,7 +180,8 @@ ansible_facts:
         - C(wait) (with O(plan)) - this round's verdict (C(plugins/module_utils/verify/start_wait.py)) - C(state)
           (V(up), V(waiting), V(stalled) - no new phase within C(bound_s) - or V(failed)), C(phase), C(title),
           C(since) (HH:MM:SS UTC), C(since_epoch), C(elapsed_s), C(bound_s), C(progress) (one line for the play's
-          output), C(ended) (why the round ended), C(invocation_id) and C(earlier_starts) (for O(resume)).
+          output), C(ended) (why the round ended), C(invocation_id), C(earlier_starts) and C(error_quiet) (for
+          O(resume)).
         - Plus C(unit) (load/active/sub state, invocation id, main pid, restarts, C(state_since) and
           C(state_since_epoch) - when it entered its state -, C(started_epoch)), C(waited_s),
           C(ready) (whether the wait ended because everything expected was there), C(journal_tail),
@@ -332,6 +343,8 @@ def collect(module):
     watched = resume.get("invocation_id") or None
     earlier = list(resume.get("earlier_starts") or [])  # why the starts that systemd replaced while we waited failed
     crashed = []
+    quiet = resume.get("error_quiet")  # since when the journal is silent after an error line (start_wait)
+    silent_error = None
     ended = "deadline"
     while True:
         unit = unit_state(module, params["unit"])
@@ -362,13 +375,25 @@ def collect(module):
             ended = "server"
             break
         may_restart = len(earlier) < params["restarts_allowed"]
-        failing = unit["sub_state"] == "auto-restart" or bool(topology["errors"])
+        # An error line ends the wait only when nothing follows it: vLLM survives some (a cache write on a full disk).
+        quiet, fatal = start_wait.error_silence(topology["lines"], bool(topology["errors"]), time.time(), quiet,
+                                                params["error_grace"])
+        failing = unit["sub_state"] == "auto-restart" or fatal
         if unit["active_state"] not in RUNNING_STATES or (failing and not may_restart):
             ended = "failed"
+            if fatal:
+                silent_error = {"since_epoch": quiet["since_epoch"], "line": topology["errors"][-1]["line"]}
             break
         if time.monotonic() >= deadline:
             break
         time.sleep(params["poll_interval"])
+    # A start that came up (API server up, every rank line) although it logged errors: they are warnings.
+    topology["tolerated_errors"] = []
+    if ended in ("ready", "server") and topology["errors"] and not crashed:
+        topology["tolerated_errors"], topology["errors"] = topology["errors"], []
+        module.warn(f"host {host or socket.gethostname()}: vLLM came up although its start logged "
+                    f"{len(topology['tolerated_errors'])} error line(s); the first: "
+                    f"{topology['tolerated_errors'][0]['line']}")
     topology["errors"] = crashed + topology["errors"]
     topology["earlier_starts"] = earlier
     topology["unit"] = unit
@@ -383,8 +408,10 @@ def collect(module):
             params["host"], topology["startup_phase"], time.time(), ended=ended, unit=unit,
             unit_started_epoch=unit["started_epoch"], unit_changed_epoch=unit["state_since_epoch"],
             profile=params["startup_profile"], stall_timeout_s=params["stall_timeout"], resume=resume,
+            silent_error=silent_error,
         )
-        topology["wait"] = {**report, "invocation_id": watched, "earlier_starts": earlier, "ended": ended}
+        topology["wait"] = {**report, "invocation_id": watched, "earlier_starts": earlier, "ended": ended,
+                            "error_quiet": quiet}
     ray = params["ray"] or {}
     if ray.get("enabled"):
         topology.update(read_ray(module, ray))
@@ -443,6 +470,7 @@ def main():
             "startup_profile": {"type": "str", "choices": sorted(vllm_phases.PROFILES),
                                 "default": vllm_phases.DEFAULT_PROFILE},
             "stall_timeout": {"type": "int", "default": 0},
+            "error_grace": {"type": "int", "default": 60},
             "resume": {"type": "dict"},
             "ray": {
                 "type": "dict",

@@ -235,3 +235,15 @@ def test_converged_yml_skips_only_when_the_controller_gets_a_completion_and_prin
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_free_space_is_read_where_the_path_is_or_will_be_created(tmp_path):
+    """The vllm preflight's floor reads this: a cache directory vLLM has not created yet counts on its parent's
+    filesystem. A wrong ancestor or the root's statvfs instead of the path's would fail the equality below."""
+    (tmp_path / "home").mkdir()
+    expected = os.statvfs(tmp_path / "home")
+    found = host_state.free_space(str(tmp_path / "home" / ".cache" / "vllm"))
+    assert found["checked"] == str(tmp_path / "home")
+    assert found["total_bytes"] == expected.f_blocks * expected.f_frsize > 0
+    assert 0 <= found["free_bytes"] <= found["total_bytes"]
+    assert host_state.free_space(str(tmp_path / "home"))["checked"] == str(tmp_path / "home")

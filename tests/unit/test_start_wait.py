@@ -129,10 +129,14 @@ class FakeSystemd:
     def __init__(self, params, units, journals):
         self.params = {"unit": "vllm.service", "plan": None, "host": "node1", "wait_timeout": 0, "poll_interval": 0.0,
                        "restarts_allowed": 0, "tail": 25, "ray": None, "startup_profile": "lab",
-                       "stall_timeout": 0, "resume": None, **params}
+                       "stall_timeout": 0, "error_grace": 60, "resume": None, **params}
         self.units = list(units)  # one systemctl show answer per read; the last repeats
         self.journals = journals  # invocation id -> lines
         self.result = None
+        self.warnings = []
+
+    def warn(self, text):
+        self.warnings.append(text)
 
     def get_bin_path(self, name, required=False):
         return f"/usr/bin/{name}"
@@ -224,6 +228,66 @@ def test_a_restart_between_rounds_is_followed_from_the_resumed_start(monkeypatch
     topology = run_round(module)
     assert (topology["wait"]["state"], topology["wait"]["invocation_id"]) == ("waiting", "second")
     assert len(topology["wait"]["earlier_starts"]) == 1 and topology["errors"] == []
+
+
+# vLLM 0.32 on a full cache filesystem (registry.py's model-info cache, written through weight_utils.atomic_writer):
+# two ERROR lines with their tracebacks, then the start goes on.
+FULL_CACHE = [
+    "(APIServer pid=880) ERROR 12-02 23:43:41 [weight_utils.py:137] Error during atomic write. Original file "
+    "'/var/lib/vllm/.cache/vllm/modelinfos/vllm-model_executor-models-llama-LlamaForCausalLM.json' not modified",
+    "(APIServer pid=880) Traceback (most recent call last):",
+    '(APIServer pid=880)   File "/opt/vllm/vllm/model_executor/model_loader/weight_utils.py", line 129, in atomic_writer',
+    "(APIServer pid=880) OSError: [Errno 28] No space left on device",
+    "(APIServer pid=880) ERROR 12-02 23:43:41 [registry.py:1041] Error saving model info cache.",
+    "(APIServer pid=880) Traceback (most recent call last):",
+    '(APIServer pid=880)   File "/opt/vllm/vllm/model_executor/models/registry.py", line 1039, in _save_modelinfo_to_cache',
+    "(APIServer pid=880) OSError: [Errno 28] No space left on device",
+]
+
+
+def with_full_cache(cut):
+    lines = lab_lines(cut)
+    at = next(index for index, line in enumerate(lines) if "Starting to load model" in line)
+    return lines[:at] + FULL_CACHE + lines[at:]
+
+
+def test_an_error_followed_by_more_lines_is_not_fatal_and_a_start_that_came_up_is_up(monkeypatch):
+    plan_targets(monkeypatch)
+    module = FakeSystemd({"plan": PLAN_ONE_NODE, "error_grace": 0},
+                         [unit("a")], {"a": with_full_cache("Starting vLLM server on")})
+    topology = run_round(module)
+    assert topology["wait"]["state"] == "up" and topology["errors"] == []
+    assert "No space left on device" in json.dumps(topology["tolerated_errors"])
+    assert module.warnings and module.warnings[0].startswith("host node1: vLLM came up although its start logged")
+
+
+def test_an_error_then_silence_fails_the_start_after_the_grace(monkeypatch):
+    plan_targets(monkeypatch)
+    journals = {"a": with_full_cache("Starting to load model")}
+    # The first round sees the error and lines it has not seen before: it waits on.
+    first = run_round(FakeSystemd({"plan": PLAN_ONE_NODE, "error_grace": 0}, [unit("a")], journals))
+    assert first["wait"]["state"] == "waiting" and first["wait"]["error_quiet"]["lines"] == first["lines"]
+    # The next round finds no new line: with the grace spent, the start failed, on the error after which it fell silent.
+    resume = {**first["wait"], "error_quiet": {**first["wait"]["error_quiet"], "since_epoch": time.time() - 61}}
+    second = run_round(FakeSystemd({"plan": PLAN_ONE_NODE, "resume": resume}, [unit("a")], journals))
+    assert (second["wait"]["state"], second["wait"]["ended"]) == ("failed", "failed")
+    assert second["wait"]["progress"].startswith("node1: logged an error and nothing since ")
+    assert "Error saving model info cache." in second["wait"]["progress"]
+    assert "Errno 28" in json.dumps(second["errors"])
+    # Within the grace it still waits.
+    resume["error_quiet"]["since_epoch"] = time.time() - 30
+    third = run_round(FakeSystemd({"plan": PLAN_ONE_NODE, "resume": resume}, [unit("a")], journals))
+    assert third["wait"]["state"] == "waiting"
+
+
+def test_the_journals_silence_after_an_error_counts_from_its_last_new_line():
+    assert start_wait.error_silence(10, False, 100.0) == (None, False)
+    quiet, fatal = start_wait.error_silence(10, True, 100.0, None, 60)
+    assert quiet == {"lines": 10, "since_epoch": 100.0} and not fatal
+    assert start_wait.error_silence(10, True, 159.0, quiet, 60) == (quiet, False)
+    assert start_wait.error_silence(10, True, 160.0, quiet, 60) == (quiet, True)
+    # A new line starts the silence again.
+    assert start_wait.error_silence(12, True, 160.0, quiet, 60) == ({"lines": 12, "since_epoch": 160.0}, False)
 
 
 # --- the doctor's first finding --------------------------------------------------------------------------------------

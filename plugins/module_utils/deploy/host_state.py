@@ -45,6 +45,17 @@ def path_state(path: str, checksum: bool) -> dict:
             "sha256": digest}
 
 
+def free_space(path: str) -> dict:
+    """Free and total bytes for an unprivileged user, and free inodes, on the filesystem that holds path (its
+    nearest existing directory: a cache directory vLLM has not created yet counts where it will be created)."""
+    checked = os.path.abspath(path)
+    while not os.path.exists(checked) and checked != os.path.dirname(checked):
+        checked = os.path.dirname(checked)
+    vfs = os.statvfs(checked)
+    return {"checked": checked, "free_bytes": vfs.f_bavail * vfs.f_frsize, "total_bytes": vfs.f_blocks * vfs.f_frsize,
+            "free_inodes": vfs.f_favail}
+
+
 def user_state(name: str) -> dict | None:
     try:
         entry = pwd.getpwnam(name)

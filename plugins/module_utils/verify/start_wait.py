@@ -8,6 +8,10 @@ stalled when no new phase arrives within the bound: ``stall_timeout_s`` when set
 under the profile (``vllm_phases.PROFILES``: gpu, lab). The report is passed back to the next round (``resume``),
 so a phase whose line carries no time keeps the time it was first seen.
 
+An ERROR line alone does not end the wait (``error_silence``): vLLM logs some errors it survives (a cache file it
+could not write on a full disk) and starts on. A start whose unit still runs fails on an error only when the
+journal stays silent after it for ``grace_s``; a start that came up with errors is up, its errors kept as warnings.
+
 Pure Python 3.11, no Ansible import.
 """
 
@@ -52,12 +56,26 @@ def _since(phase_id, line_epoch, unit_started_epoch, resume, now):
     return float(now)
 
 
+def error_silence(lines, has_errors, now, previous=None, grace_s=60):
+    """Whether the start's errors ended it: ({lines, since_epoch} to pass to the next round, or None; fatal).
+
+    lines: how many journal lines the start has logged so far; has_errors: whether any is an error line. The
+    journal's silence is counted from the last round that saw a new line (previous); an error followed by more
+    lines within grace_s (the next phase, a traceback then the exit that systemd reports) is not fatal by itself.
+    """
+    if not has_errors:
+        return None, False
+    if not previous or previous.get("lines") != lines or previous.get("since_epoch") is None:
+        return {"lines": lines, "since_epoch": float(now)}, False
+    return previous, now - float(previous["since_epoch"]) >= max(0, int(grace_s))
+
+
 def title(phase_id):
     return NO_PHASE_TITLE if phase_id is None else vllm_phases.phase(phase_id)["title"]
 
 
 def round_report(host, startup_phase, now, *, ended, unit=None, unit_started_epoch=None, unit_changed_epoch=None,
-                 profile=vllm_phases.DEFAULT_PROFILE, stall_timeout_s=0, resume=None):
+                 profile=vllm_phases.DEFAULT_PROFILE, stall_timeout_s=0, resume=None, silent_error=None):
     """One node's state after one round of the wait, with its progress line.
 
     startup_phase: vllm_topology's ``startup_phase`` (None before vLLM's first phase line), with ``since_epoch``.
@@ -80,6 +98,10 @@ def round_report(host, startup_phase, now, *, ended, unit=None, unit_started_epo
     if ended in ("ready", "server") or complete:
         state = "up"
         progress = f"{host}: up (every start-up line this node prints is in its journal)"
+    elif ended == "failed" and silent_error:
+        state = "failed"
+        progress = (f"{host}: logged an error and nothing since {clock(silent_error['since_epoch'])} UTC "
+                    f"(unit {unit.get('active_state') or 'unknown'}), in {now_title}: {silent_error['line']}")
     elif ended == "failed":
         state = "failed"
         changed = unit_changed_epoch if unit_changed_epoch is not None else now
