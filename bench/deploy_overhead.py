@@ -248,7 +248,7 @@ def main(argv=None) -> int:
             "ratio_best": round(deploy_best / hand_best, 2),
             "ratio_median": round(statistics.median(r["ratio"] for r in result["rounds"]), 2),
             "ratio_target": 1.3,
-            "noop_deploy_s": min(noop),
+            "noop_deploy_s": round(min(noop), 2),
             "ping_s": round(min(pings), 2),
             "noop_over_ping": round(min(noop) / min(pings), 1),
             "noop_over_ping_target": 3.0,
