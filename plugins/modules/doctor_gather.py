@@ -316,6 +316,10 @@ import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import health  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.host_state import (  # noqa: E402
+    free_space,
+    nearest_existing,
+)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers import ray_logs  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.net import (  # noqa: E402
     firewall_accepted_sources,
@@ -765,20 +769,16 @@ class Gatherer:
         """Free space of each filesystem that holds one of the access paths (the nearest existing directory)."""
         found, seen = [], set()
         for item in (access or {}).get("paths") or []:
-            path = _existing(item["path"])
             try:
-                st, vfs = os.stat(path), os.statvfs(path)
+                space = free_space(item["path"])
             except OSError as error:
                 found.append({"path": item["path"], "purpose": item["purpose"], "error": str(error)})
                 continue
-            if (st.st_dev, item["purpose"] == "model") in seen:
+            if (space["device"], item["purpose"] == "model") in seen:
                 continue
-            seen.add((st.st_dev, item["purpose"] == "model"))
-            found.append({
-                "path": item["path"], "purpose": item["purpose"], "device": st.st_dev,
-                "free_bytes": vfs.f_bavail * vfs.f_frsize, "total_bytes": vfs.f_blocks * vfs.f_frsize,
-                "free_inodes": vfs.f_favail, "total_inodes": vfs.f_files,
-            })
+            seen.add((space["device"], item["purpose"] == "model"))
+            found.append({"path": item["path"], "purpose": item["purpose"],
+                          **{key: value for key, value in space.items() if key != "checked"}})
         return found
 
     def api_key(self):
@@ -1028,17 +1028,6 @@ def _has_acl(path):
         return False
 
 
-def _existing(path, stat=os.stat):
-    """The path, or the nearest directory above it that exists."""
-    while path and path != "/":
-        try:
-            stat(path)
-            return path
-        except OSError:
-            path = os.path.dirname(path)
-    return "/"
-
-
 def _owner(st):
     try:
         user = pwd.getpwuid(st.st_uid).pw_name
@@ -1067,7 +1056,7 @@ def path_access(path, uid, gids, need, stat=os.stat, has_acl=_has_acl):
         if need == "r":
             result["ok"] = None  # a missing model is model_missing's, not a permission
             return result
-        target = _existing(os.path.dirname(path), stat)
+        target = nearest_existing(os.path.dirname(path), stat)
         st = stat(target)
     except OSError as error:
         return {**result, "ok": None, "error": str(error)}

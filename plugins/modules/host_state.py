@@ -81,11 +81,13 @@ units:
   sample: {"vllm.service": {"load_state": "loaded", "active_state": "active", "sub_state": "running",
            "unit_file_state": "enabled", "fragment_path": "/etc/systemd/system/vllm.service", "stopped_pids": []}}
 free_space:
-  description: Per path of O(free_space) - checked (the directory read), free_bytes, total_bytes, free_inodes.
+  description: >-
+    Per path of O(free_space) - checked (the directory read), device, free_bytes, total_bytes, free_inodes,
+    total_inodes.
   returned: always
   type: dict
-  sample: {"/var/lib/vllm-cluster/.cache": {"checked": "/var/lib/vllm-cluster", "free_bytes": 52613349376,
-           "total_bytes": 105089261568, "free_inodes": 6422528}}
+  sample: {"/var/lib/vllm-cluster/.cache": {"checked": "/var/lib/vllm-cluster", "device": 2049,
+           "free_bytes": 52613349376, "total_bytes": 105089261568, "free_inodes": 6422528, "total_inodes": 6553600}}
 systemd_version:
   description: systemd's major version (0 when systemctl is missing or unreadable).
   returned: always

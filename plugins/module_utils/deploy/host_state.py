@@ -45,15 +45,25 @@ def path_state(path: str, checksum: bool) -> dict:
             "sha256": digest}
 
 
+def nearest_existing(path: str, stat=os.stat) -> str:
+    """The path, or the nearest directory above it that exists."""
+    while path and path != "/":
+        try:
+            stat(path)
+            return path
+        except OSError:
+            path = os.path.dirname(path)
+    return "/"
+
+
 def free_space(path: str) -> dict:
-    """Free and total bytes for an unprivileged user, and free inodes, on the filesystem that holds path (its
-    nearest existing directory: a cache directory vLLM has not created yet counts where it will be created)."""
-    checked = os.path.abspath(path)
-    while not os.path.exists(checked) and checked != os.path.dirname(checked):
-        checked = os.path.dirname(checked)
-    vfs = os.statvfs(checked)
-    return {"checked": checked, "free_bytes": vfs.f_bavail * vfs.f_frsize, "total_bytes": vfs.f_blocks * vfs.f_frsize,
-            "free_inodes": vfs.f_favail}
+    """The filesystem that holds path (its nearest existing directory: a cache directory vLLM has not created yet
+    counts where it will be created): its device, bytes free for an unprivileged user and in all, inodes free and
+    in all. The vllm stage's preflight and the doctor's disk_low read it."""
+    checked = nearest_existing(os.path.abspath(path))
+    st, vfs = os.stat(checked), os.statvfs(checked)
+    return {"checked": checked, "device": st.st_dev, "free_bytes": vfs.f_bavail * vfs.f_frsize,
+            "total_bytes": vfs.f_blocks * vfs.f_frsize, "free_inodes": vfs.f_favail, "total_inodes": vfs.f_files}
 
 
 def user_state(name: str) -> dict | None:
