@@ -47,8 +47,28 @@ def _select(hosts, hostvars, only, with_co_residents=False):
     return selected, []
 
 
+# Ansible's hostvars[host] computes every variable of the host (tens of milliseconds), and every fleet play asks
+# for its hosts and its serial: the deployments come from the inventory, so one run reads them once. The memo
+# holds Ansible's own hostvars object (one per playbook run) and starts over with another one; plain dicts (tests,
+# callers outside a play) are never memoized. A play that changes vllm_cluster_deployment, ansible_host or
+# vllm_cluster_gpu_ids with set_fact is not seen by later plays of the same run: they are inventory variables.
+_RUN_MEMO = {"hostvars": None, "selections": {}}
+
+
+def _select_once(hosts, hostvars, only, with_co_residents):
+    if hostvars is None or isinstance(hostvars, dict):
+        return _select(hosts, hostvars, only, with_co_residents)
+    if _RUN_MEMO["hostvars"] is not hostvars:
+        _RUN_MEMO.update(hostvars=hostvars, selections={})
+    members = hosts.get("vllm_nodes") if hasattr(hosts, "get") else hosts
+    key = (repr(members), repr(only), with_co_residents)
+    if key not in _RUN_MEMO["selections"]:
+        _RUN_MEMO["selections"][key] = _select(hosts, hostvars, only, with_co_residents)
+    return _RUN_MEMO["selections"][key]
+
+
 def _selected(hosts, hostvars, only, with_co_residents=False):
-    selected, problems = _select(hosts, hostvars, only, with_co_residents)
+    selected, problems = _select_once(hosts, hostvars, only, with_co_residents)
     if problems:
         raise AnsibleFilterError("; ".join(problems))
     return selected
@@ -84,7 +104,7 @@ def fleet_problems(hosts, hostvars, only=None):
     GPUs); [] when the fleet is sound. playbooks/plan.yml prints them once, before fleet_deployments runs."""
     if hostvars is None:
         raise AnsibleFilterError("fleet_problems: hostvars is undefined (call it inside a play)")
-    return _select(hosts, hostvars, only, True)[1]
+    return _select_once(hosts, hostvars, only, True)[1]
 
 
 def fleet_co_resident_problems(hosts, hostvars):

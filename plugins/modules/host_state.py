@@ -39,6 +39,13 @@ options:
     type: list
     elements: path
     default: []
+  dropins:
+    description:
+      - Units whose own drop-in files are wanted (C(/etc/systemd/system/<unit>.d/), C(/run/systemd/system/<unit>.d/)),
+        loaded or not; M(vllm_ops.cluster.unit_dropins) removes the foreign ones.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -88,6 +95,11 @@ free_space:
   type: dict
   sample: {"/var/lib/vllm-cluster/.cache": {"checked": "/var/lib/vllm-cluster", "device": 2049,
            "free_bytes": 52613349376, "total_bytes": 105089261568, "free_inodes": 6422528, "total_inodes": 6553600}}
+dropins:
+  description: Per unit of O(dropins) - the paths of its drop-in files, sorted (none - an empty list).
+  returned: always
+  type: dict
+  sample: {"vllm.service": ["/etc/systemd/system/vllm.service.d/override.conf"]}
 systemd_version:
   description: systemd's major version (0 when systemctl is missing or unreadable).
   returned: always
@@ -105,6 +117,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.host_state
     unit_state,
     user_state,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.unit_dropins import present_dropins  # noqa: E402
 
 
 def main():
@@ -115,6 +128,7 @@ def main():
             "users": {"type": "list", "elements": "str", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
             "free_space": {"type": "list", "elements": "path", "default": []},
+            "dropins": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -124,6 +138,7 @@ def main():
         paths = {path: path_state(path, path in params["checksums"])
                  for path in dict.fromkeys(params["paths"] + params["checksums"])}
         space = {path: free_space(path) for path in params["free_space"]}
+        dropins = {unit: present_dropins(unit) for unit in params["dropins"]}
     except OSError as error:
         module.fail_json(msg=f"host {host}: cannot read {error.filename}: {error.strerror}")
     users = {name: user_state(name) for name in params["users"]}
@@ -140,7 +155,8 @@ def main():
         version = systemd_major(out) if rc == 0 else 0
     elif params["units"]:
         module.fail_json(msg=f"host {host}: systemctl not found; cannot read the units {', '.join(params['units'])}")
-    module.exit_json(changed=False, paths=paths, users=users, units=units, free_space=space, systemd_version=version)
+    module.exit_json(changed=False, paths=paths, users=users, units=units, free_space=space, dropins=dropins,
+                     systemd_version=version)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -456,3 +458,43 @@ def test_the_planner_counts_a_nodes_gpu_ids_and_refuses_ones_it_lacks():
     lab = build_plan({"config": make_config("llama", 4, 4, 2, 32, 0)}, [cpu], {"max_model_len": 512},
                      device="cpu", deployment="lab-c", model_path="/srv/models/tiny-llama")
     assert lab["nodes"][0]["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+
+
+class CountingHostVars(Mapping):
+    """Ansible's hostvars stand-in: each host's variables computed on access, and the accesses counted."""
+
+    def __init__(self, variables):
+        self.variables, self.reads = variables, collections.Counter()
+
+    def __getitem__(self, host):
+        self.reads[host] += 1
+        return dict(self.variables[host])
+
+    def __contains__(self, host):  # as Ansible's: without computing the host's variables
+        return host in self.variables
+
+    def __iter__(self):
+        return iter(self.variables)
+
+    def __len__(self):
+        return len(self.variables)
+
+
+def test_a_run_reads_the_deployments_once_and_each_stage_skip_from_one_host_per_deployment():
+    variables = {"a1": {"vllm_cluster_deployment": "chat", "ansible_host": "10.0.0.1"},
+                 "a2": {"vllm_cluster_deployment": "chat", "ansible_host": "10.0.0.2"},
+                 "b1": {"vllm_cluster_deployment": "embed", "ansible_host": "10.0.0.3"}}
+    hosts = ["a1", "a2", "b1"]
+    hostvars = CountingHostVars(variables)
+    assert fleet_hosts(hosts, hostvars) == ["a1", "a2", "b1"] and hostvars.reads == {"a1": 1, "a2": 1, "b1": 1}
+    assert fleet_batches(hosts, hostvars) == [2, 1] and hostvars.reads == {"a1": 1, "a2": 1, "b1": 1}
+    # A stage's play reads the skip list (set by converged.yml during the run) again, from one host per deployment.
+    variables["a1"]["vllm_cluster_stages_skipped"] = ["preflight"]
+    assert fleet_hosts(hosts, hostvars, stage="preflight") == ["b1"]
+    assert hostvars.reads == {"a1": 2, "a2": 1, "b1": 2}
+    # Another run (another hostvars object) reads the inventory again; so does a plain dict every time.
+    variables["b1"]["vllm_cluster_deployment"] = "chat"
+    assert fleet_batches(hosts, hostvars) == [2, 1]
+    other_run = CountingHostVars(variables)
+    assert fleet_batches(hosts, other_run) == [3] and other_run.reads == {"a1": 1, "a2": 1, "b1": 1}
+    assert fleet_batches(hosts, dict(variables)) == [3]
