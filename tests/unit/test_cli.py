@@ -221,6 +221,17 @@ def test_a_hybrid_model_is_refused_until_its_size_and_kv_bytes_are_given(tmp_pat
     assert planned["memory"]["kv_bytes_per_token_per_gpu"] == 65536
 
 
+def test_a_model_name_outside_the_catalog_plans_with_its_size_and_kv_bytes():
+    cluster = ["--model", "someorg/new-model", "--gpus-per-node", "2", "--gpu-memory-gib", "80",
+               "--gpu-name", "NVIDIA H100 80GB HBM3"]
+    refused = run(*cluster)
+    assert refused.returncode == 2 and "unknown model 'someorg/new-model'" in refused.stderr
+    assert "--weights-gib and --kv-bytes-per-token" in refused.stderr
+    planned = run_json(*cluster, "--weights-gib", "42", "--kv-bytes-per-token", "131072", "--full")
+    assert planned["model"]["weights_gib"] == 42.0 and planned["model"]["path"] == "someorg/new-model"
+    assert any("not from its shapes" in warning for warning in planned["warnings"])
+
+
 # --------------------------------------------------------------------------- bad inputs, in-process
 
 

@@ -139,7 +139,10 @@ def test_text_config_of_a_multimodal_config_is_used():
         "text_config": tiny_llama(),
     }
     del config["text_config"]["torch_dtype"]
-    spec = mc.load_model({"config": config}, model_path="/m")
+    # Llava's CLIP tower is not counted: refused by its class, planned with both figures given
+    with pytest.raises(mc.ModelConfigError, match="architectures\\[0\\] = 'LlavaForConditionalGeneration' is not a class"):
+        mc.load_model({"config": config}, model_path="/m")
+    spec = mc.load_model({"config": config, "weights_gib": 1, "kv_bytes_per_token": 1024}, model_path="/m")
     assert spec["layers"] == 4 and spec["dtype"] == "float16"
 
 

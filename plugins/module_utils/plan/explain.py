@@ -32,12 +32,14 @@ def strategy(cand):
 def _preamble(inputs):
     spec = inputs.spec
     kind = "MoE" if spec["is_moe"] else "dense"
-    attention = {"mla": "MLA", "gqa": "GQA", "mha": "MHA"}[spec["attention"]]
+    attention = {"mla": "MLA", "gqa": "GQA", "mha": "MHA", "given": "KV bytes as given"}[spec["attention"]]
     quant = f", {spec['quantization']} weights" if spec["quantization"] else ""
     lines = [
         f"Model {spec['name']} ({spec['architecture']}): {kind}, {attention}, {spec['layers']} layers, "
-        f"{spec['heads']} heads / {spec['kv_heads']} KV heads, {spec['params'] / 1e9:.2f}B params, "
-        f"{spec['dtype']}{quant}: {spec['weights_gib']} GiB of weights."
+        + (f"{spec['heads']} heads / {spec['kv_heads']} KV heads, " if spec["kv_heads"]
+           else f"{spec['heads']} heads, " if spec["heads"] else "heads unknown, ")
+        + ("shapes not read, " if spec.get("opaque") else f"{spec['params'] / 1e9:.2f}B params, ")
+        + f"{spec['dtype']}{quant}: {spec['weights_gib']} GiB of weights."
     ]
     if inputs.device == "cuda":
         per_gpu = inputs.gpu_memory_bytes * inputs.gpu_memory_utilization
@@ -272,7 +274,14 @@ def warnings(inputs, cand, ev, default_missed):
         )
     if cand.tp > 1 and not inputs.nvlink and inputs.device == "cuda":
         found.append(f"TP={cand.tp} runs without NVLink: every all-reduce crosses PCIe, expect poor TP scaling.")
-    if spec["attention"] != "mla" and cand.tp > spec["kv_heads"]:
+    if spec.get("opaque"):
+        found.append(
+            f"{spec['name']} is planned from the weights_gib and kv_bytes_per_token given, not from its shapes: "
+            + ("vLLM's rule that TP divides the attention heads is not checked, " if spec["heads"] is None else "")
+            + ("pipeline parallel is not planned, " if spec["layers"] == 1 else "")
+            + "the profile run's activations are not in the reserve (the KV figure is high by that much)."
+        )
+    elif spec["attention"] not in ("mla", "given") and cand.tp > spec["kv_heads"]:
         found.append(
             f"TP={cand.tp} exceeds the {spec['kv_heads']} KV heads: vLLM replicates KV heads, so KV capacity stops "
             "growing with TP."

@@ -79,10 +79,12 @@ class Candidate:
 
 
 def tp_rule_violation(spec, tp):
-    """vLLM's checks of TP against the attention heads, as vLLM words them; None when valid."""
+    """vLLM's checks of TP against the attention heads, as vLLM words them; None when valid (or unknown)."""
+    if spec["heads"] is None:  # a model planned without a config (plan/modelled.py opaque_spec)
+        return None
     if spec["heads"] % tp:
         return f"Total number of attention heads ({spec['heads']}) must be divisible by tensor parallel size ({tp})"
-    if spec["attention"] != "mla":
+    if spec["attention"] not in ("mla", "given"):
         kv = spec["kv_heads"]
         if kv >= tp and kv % tp:
             return f"the {kv} KV heads must be divisible by tensor parallel size ({tp})"

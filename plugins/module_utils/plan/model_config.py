@@ -5,10 +5,9 @@ counted from tensor shapes the way vLLM shards them, so the same functions give
 the whole model (``tp=1``) and what one tensor-parallel rank holds.
 
 Assumptions, all stated in docs/planner.md:
-- decoder-only transformers with a gated MLP (Llama, Qwen2, Mistral/Mixtral,
-  DeepSeek-V2/V3 families); encoders, configs without ``architectures`` and
-  state-space or linear-attention hybrids are refused by name
-  (``unmodelled_reason``) unless ``weights_gib`` and ``kv_bytes_per_token`` are given;
+- the model classes and config values of plan/modelled.py, and only those: anything else is refused naming
+  the field and value (``modelled.unmodelled_reason``) unless ``weights_gib`` and ``kv_bytes_per_token`` are
+  given, which also plan a model the planner has no config for (``modelled.opaque_spec``);
 - vLLM's ``--dtype auto``: float32 checkpoints are served in bfloat16, so
   weights and the KV cache use 2 bytes per value unless quantized;
 - multi-token-prediction layers (DeepSeek ``num_nextn_predict_layers``) are not
@@ -21,7 +20,8 @@ import json
 import math
 import os
 
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_catalog
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_catalog, modelled
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.modelled import OVERRIDE_HINT  # noqa: F401
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.pipeline import pp_partition  # noqa: F401 (mc.pp_partition)
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.rope import RopeScalingError, rope_scaling
 
@@ -38,6 +38,10 @@ WEIGHTS_HINT = ("give the checkpoint's size as {name: ..., weights_gib: N} (vllm
 
 class ModelConfigError(ValueError):
     """The model description cannot be read or is not a shape the planner understands."""
+
+
+class UnknownModelName(ModelConfigError):
+    """A model name that is neither a catalog name nor an existing path."""
 
 
 # --------------------------------------------------------------------------- reading
@@ -76,9 +80,10 @@ def _resolve_source(name):
         return config, f"catalog:{short}", hub_id, short
     if name.startswith(("/", "./", "../", "~")) or name.endswith(".json"):
         raise ModelConfigError(f"model path {name} does not exist")
-    raise ModelConfigError(
+    raise UnknownModelName(
         f"unknown model {name!r}: not a catalog name or hub id ({', '.join(model_catalog.catalog_names())}) "
-        "and not an existing directory or config.json"
+        "and not an existing directory or config.json; give the directory holding its config.json, or "
+        + OVERRIDE_HINT
     )
 
 
@@ -194,19 +199,6 @@ def quantized_bytes_per_param(quant):
 # --------------------------------------------------------------------------- normalising
 
 
-# What the planner's memory model does not cover, refused by name (docs/planner.md, "Not modelled").
-OVERRIDE_HINT = ("plan it anyway by giving the model as {name: ..., weights_gib: N, kv_bytes_per_token: M} "
-                 "(vllm_cluster_model; on the command line --weights-gib and --kv-bytes-per-token), from the "
-                 "checkpoint's size and the KV bytes per token vLLM reports")
-GENERATIVE_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")
-# State-space and linear-attention layers keep a state per sequence, not KV per token.
-STATE_SPACE_MODEL_TYPES = ("jamba", "mamba", "mamba2", "falcon_mamba", "falcon_h1", "zamba", "zamba2", "bamba",
-                           "nemotron_h", "granitemoehybrid", "qwen3_next", "plamo2", "lfm2", "minimax",
-                           "minimax_text_01", "rwkv", "recurrent_gemma")
-STATE_SPACE_KEYS = ("attn_layer_period", "layers_block_type", "mamba_d_state", "ssm_state_size", "linear_conv_kernel_dim",
-                    "mamba_expand", "hybrid_override_pattern")
-
-
 def layer_attention_kinds(text, model_type, layers):
     """Per-layer attention as vLLM 0.32 builds it: ``(kinds, sliding_window, attention_chunk_size)``.
 
@@ -249,25 +241,6 @@ def layer_attention_kinds(text, model_type, layers):
     return kinds, (window if "sliding" in kinds else None), None
 
 
-def unmodelled_reason(text, architectures, model_type):
-    """Why the planner cannot count this model's memory, or None."""
-    if not architectures:
-        return ("config.json has no 'architectures': the planner cannot tell which model class vLLM would load "
-                "(a decoder, an encoder, a hybrid)")
-    architecture = architectures[0]
-    layer_types = text.get("layer_types") if isinstance(text.get("layer_types"), list) else []
-    state_layers = sorted({t for t in layer_types if isinstance(t, str) and ("mamba" in t or "linear" in t)})
-    state_keys = [key for key in STATE_SPACE_KEYS if key in text]
-    if model_type.lower() in STATE_SPACE_MODEL_TYPES or state_layers or state_keys:
-        what = state_layers or state_keys or [f"model_type {model_type}"]
-        return (f"{architecture} has state-space or linear-attention layers ({', '.join(what)}): their state is "
-                "per sequence, not KV per token, and the planner counts neither their weights nor their state")
-    if not architecture.endswith(GENERATIVE_SUFFIXES):
-        return (f"{architecture} is not a generative decoder (an encoder or a pooling model?): the planner models "
-                f"decoders whose class ends in {', '.join(GENERATIVE_SUFFIXES)}")
-    return None
-
-
 def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes_per_token=None):
     """Turn a HF config dict into the planner's model description (a plain dict).
 
@@ -287,10 +260,33 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes
     if not isinstance(model_type, str):
         raise ModelConfigError(f"model config field 'model_type' must be a string, got {model_type!r}")
     overridden = weights_gib is not None and kv_bytes_per_token is not None
-    unmodelled = unmodelled_reason(text, architectures, model_type)
+    unmodelled = modelled.unmodelled_reason(cfg, text, architectures, model_type)
     if unmodelled and not overridden:
         raise ModelConfigError(f"{unmodelled}; {OVERRIDE_HINT}")
     architectures = architectures or ["unknown"]
+    try:
+        return _from_shapes(cfg, text, architectures, model_type, source=source, path=path, name=name,
+                            weights_gib=weights_gib, kv_bytes_per_token=kv_bytes_per_token)
+    except ModelConfigError as exc:
+        if not overridden:
+            raise ModelConfigError(f"{exc}; {OVERRIDE_HINT}") from None
+        _check_overrides(weights_gib, kv_bytes_per_token)
+        layers, heads = (text.get(key) for key in ("num_hidden_layers", "num_attention_heads"))
+        spec = modelled.opaque_spec(name, path, weights_gib, kv_bytes_per_token, GIB,
+                                    layers=layers if isinstance(layers, int) and layers > 0 else 1,
+                                    heads=heads if isinstance(heads, int) and heads > 0 else None)
+        spec["architecture"], spec["model_type"], spec["source"] = architectures[0], model_type, source
+        return spec
+
+
+def _check_overrides(weights_gib, kv_bytes_per_token):
+    problem = modelled.override_problem(weights_gib, kv_bytes_per_token)
+    if problem:
+        raise ModelConfigError(problem)
+
+
+def _from_shapes(cfg, text, architectures, model_type, *, source, path, name, weights_gib, kv_bytes_per_token):
+    """The model description counted from the config's shapes (normalize_config once the config is modelled)."""
 
     hidden = _int_field(text, "hidden_size")
     layers = _int_field(text, "num_hidden_layers")
@@ -397,8 +393,8 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes
     # Qwen3 and Gemma 3 add a q and a k RMSNorm of head_dim each (Llama 4's qk norm has no weights).
     norms = 4 if model_type_l.startswith(("gemma2", "gemma3")) else 2
     qk_norm = head_dim if model_type_l.startswith(("qwen3", "gemma3")) else 0
-    if model_type_l.startswith("gemma3"):
-        tied = True  # vLLM's Gemma3ForCausalLM computes logits with embed_tokens: no separate head
+    if model_type_l.startswith(("gemma2", "gemma3")):
+        tied = True  # vLLM's Gemma2/Gemma3ForCausalLM compute logits with embed_tokens: no separate head
     vision = vision_params(cfg)
     spec = {
         "name": name,
@@ -457,13 +453,10 @@ def normalize_config(cfg, *, source, path, name=None, weights_gib=None, kv_bytes
     spec["params"] = params["total"]
     spec["params_routed_experts"] = params["routed_experts"]
     computed_bytes = model_bytes(spec)
+    _check_overrides(weights_gib, kv_bytes_per_token)
     if kv_bytes_per_token is not None:
-        if isinstance(kv_bytes_per_token, bool) or not isinstance(kv_bytes_per_token, int) or kv_bytes_per_token < 1:
-            raise ModelConfigError(f"kv_bytes_per_token must be a positive integer, got {kv_bytes_per_token!r}")
         spec["kv_bytes_per_token"] = kv_bytes_per_token  # shown in the plan only when given
     if weights_gib is not None:
-        if isinstance(weights_gib, bool) or not isinstance(weights_gib, int | float) or not weights_gib > 0:
-            raise ModelConfigError(f"weights_gib must be a positive number, got {weights_gib!r}")
         spec["_weights_scale"] = weights_gib * GIB / computed_bytes
         spec["weights_gib"] = round(float(weights_gib), 3)
         spec["weights_source"] = "given"
@@ -494,7 +487,14 @@ def load_model(model, model_path=None):
                 raise ModelConfigError(f"model name must be a string, got {model['name']!r}")
             config, source, default_path, short = model["config"], "inline", None, model.get("name")
         elif isinstance(model.get("name"), str):
-            config, source, default_path, short = _resolve_source(model["name"])
+            try:
+                config, source, default_path, short = _resolve_source(model["name"])
+            except UnknownModelName:
+                if weights_gib is None or kv_bytes_per_token is None:
+                    raise
+                _check_overrides(weights_gib, kv_bytes_per_token)
+                path = model_path if model_path is not None else model["name"]
+                return modelled.opaque_spec(model["name"], path, weights_gib, kv_bytes_per_token, GIB)
         else:
             raise ModelConfigError("a model dict needs 'name' (catalog name, hub id or path) or 'config'")
     elif isinstance(model, str):
@@ -516,9 +516,9 @@ def load_model(model, model_path=None):
 
 
 def kv_heads_per_rank(spec, tp):
-    """KV heads one TP rank holds: sharded down to one, then replicated (vLLM's rule)."""
-    if spec["attention"] == "mla":
-        return 1
+    """KV heads one TP rank holds: sharded down to one, then replicated (vLLM's rule); None when not read."""
+    if spec["attention"] == "mla" or spec["kv_heads"] is None:
+        return 1 if spec["attention"] == "mla" else None
     return max(1, spec["kv_heads"] // tp)
 
 
@@ -573,6 +573,8 @@ def _layer_counts(spec, index, tp):
     ``linear`` and ``plain`` are the parts stored at the quantized and at the model dtype; with
     ``_experts_only_quantized`` (MXFP4) the attention and dense MLP move to ``plain``.
     """
+    if spec.get("_opaque_params"):  # no config: the given weights, spread over the layers, sharded by TP
+        return spec["_opaque_params"] / spec["layers"] / tp, 0, 0
     hidden = spec["hidden_size"]
     linear, plain = _attention_counts(spec, tp)
     plain += spec.get("_norms_per_layer", 2) * hidden  # RMSNorms (input, post-attention, ...)
