@@ -1,4 +1,5 @@
-"""Filter ``vllm_ops.cluster.variable_problems``: unknown, divergent and wrongly typed variables, the API key.
+"""Filter ``vllm_ops.cluster.variable_problems``: unknown, divergent and wrongly typed variables, what the vLLM
+release dropped, the API key.
 
 Its documentation is variable_problems.yml beside this file.
 """
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import arguments
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import arguments, vllm_versions
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import variables as declared
 
 # The collection's root (plugins/filter/ is two levels down): its roles' and meta/ specs ship with it.
@@ -56,6 +57,7 @@ def variable_problems(host_vars, deployment=None, api_key=False):
     problems = declared.variable_problems(guarded, ROOT, deployment)
     problems += declared.input_problems(guarded)
     problems += arguments.argument_problems(guarded, ROOT)
+    problems += vllm_versions.version_problems(guarded)
     if api_key:
         problems += arguments.api_key_problems(guarded)
     return problems

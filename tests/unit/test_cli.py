@@ -232,6 +232,15 @@ def test_a_model_name_outside_the_catalog_plans_with_its_size_and_kv_bytes():
     assert any("not from its shapes" in warning for warning in planned["warnings"])
 
 
+def test_the_vllm_release_is_a_flag():
+    cluster = ["--model", "llama-3.1-8b", "--gpus-per-node", "1", "--gpu-memory-gib", "80",
+               "--gpu-name", "NVIDIA H100 80GB HBM3"]
+    assert run_json(*cluster, "--vllm-version", "0.33.0", "--full")["vllm_version"] == "0.33.0"
+    refused = run(*cluster, "--vllm-version", "0.33.0", "--serve-arg", "mamba-cache-mode=align")
+    assert refused.returncode == 2 and "--mamba-cache-mode: it is deprecated and has no effect in vLLM 0.33" in \
+        refused.stderr
+
+
 # --------------------------------------------------------------------------- bad inputs, in-process
 
 

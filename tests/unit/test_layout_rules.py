@@ -19,7 +19,7 @@ def test_no_module_utils_file_is_over_700_lines():
 def test_the_architecture_page_names_every_planning_variable():
     text = (REPO / "docs" / "architecture.md").read_text()
     table = text[text.index("## Inventory interface"): text.index("## Facts")]
-    named = set(re.findall(r"`(vllm_cluster_\w+)`", table))
+    named = set(re.findall(r"`(vllm_(?:cluster|runtime)_\w+)`", table))
     # `vllm_cluster_tp`, `_pp`, ... name a family in one cell.
     for prefix, suffixes in re.findall(r"`(vllm_cluster_)\w+`((?:, `_\w+`)+)", table):
         named |= {prefix + suffix for suffix in re.findall(r"`_(\w+)`", suffixes)}

@@ -99,7 +99,8 @@ INPUTS = (
     Input("serve_args", "vllm_cluster_serve_args", "--serve-arg", "serve_args",
           "vLLM's own flags: a mapping of flag names without dashes to values (CLI: KEY=VALUE, repeatable); "
           "the memory ones feed the planner, the plan's own are refused (docs/planner.md)"),
-    Input("vllm_version", None, None, "text", "the vLLM release the plan targets", default=VLLM_VERSION),
+    Input("vllm_version", "vllm_runtime_vllm_version", "--vllm-version", "text",
+          "the vLLM release the plan targets (0.32 or 0.33; the runtime role installs it)", default=VLLM_VERSION),
 )
 BY_KEY = {spec.key: spec for spec in INPUTS}
 SECTIONS = ("targets", "overrides")

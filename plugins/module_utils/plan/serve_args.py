@@ -30,6 +30,7 @@ import math
 import re
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import vllm_versions
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import (
     GIB,
     PlanError,
@@ -238,6 +239,11 @@ def prepare(inputs, request):
 
     def setting(key):
         return request.setting("serve_args", _shown(args[key]), key)
+
+    for key in args:  # what this vLLM release dropped, deprecated or does not have yet
+        problem = vllm_versions.flag_problem(inputs.vllm_version, key)
+        if problem:
+            raise PlanError(f"{setting(key)}: {problem}")
 
     def integer(key, minimum=1):
         value = args.get(key)

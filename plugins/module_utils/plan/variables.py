@@ -59,8 +59,10 @@ class Known:
 
     @property
     def compared(self):
-        """Must be equal on every host of a deployment: a collection variable that is neither per host nor a fact."""
-        return self.owner == COLLECTION and self.name.startswith(PREFIX) and not self.per_host and not self.set_by
+        """Must be equal on every host of a deployment: a collection variable (or a planner input such as
+        vllm_runtime_vllm_version) that is neither per host nor a fact."""
+        return (self.owner == COLLECTION and (self.planning or self.name.startswith(PREFIX)) and not self.per_host
+                and not self.set_by)
 
 
 def _role_specs(root):
