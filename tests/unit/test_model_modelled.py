@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import modelled
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import PlanError, build_plan
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "models" / "configs.json"
 MODELS = json.loads(FIXTURE.read_text())["models"]
@@ -111,8 +111,18 @@ def test_the_override_works_for_any_name():
                         "gpus": {"count": 2, "name": H100[0], "memory_total_mib": H100[1], "nvlink": True}}],
                       {"max_model_len": 8192}, None)
     assert (plan["strategy"], plan["tp"], plan["pp"]) == ("single", 1, 1)
-    assert any("TP divides the attention heads is not checked, pipeline parallel is not planned" in warning
-               for warning in plan["warnings"])
+    assert any("its attention heads are unknown (only power-of-two TP sizes are planned), pipeline parallel is "
+               "not planned" in warning for warning in plan["warnings"])
+    nodes = [{"name": "n0", "address": "10.0.0.1",
+              "gpus": {"count": 8, "name": H100[0], "memory_total_mib": H100[1], "nvlink": True}}]
+    big = {"name": "someorg/new-model-9000", "weights_gib": 300, "kv_bytes_per_token": 131_072}
+    assert build_plan(big, nodes, {"max_model_len": 8192}, None)["tp"] == 8  # not 5 or 6: the heads are unknown
+    with pytest.raises(PlanError, match=r"^tp=6 is invalid for someorg/new-model-9000: its attention heads "
+                                        r"are unknown, so only power-of-two TP sizes are planned"):
+        build_plan(big, nodes, {"max_model_len": 8192}, {"tp": 6})
+    with pytest.raises(PlanError, match=r"^pp=2 needs the model's layers, which someorg/new-model-9000 was "
+                                        r"planned without: give its config.json"):
+        build_plan(big, nodes + [dict(nodes[0], name="n1", address="10.0.0.2")], {"max_model_len": 8192}, {"pp": 2})
 
 
 @pytest.mark.parametrize(("changes", "message"), [

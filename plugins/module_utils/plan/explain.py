@@ -277,7 +277,8 @@ def warnings(inputs, cand, ev, default_missed):
     if spec.get("opaque"):
         found.append(
             f"{spec['name']} is planned from the weights_gib and kv_bytes_per_token given, not from its shapes: "
-            + ("vLLM's rule that TP divides the attention heads is not checked, " if spec["heads"] is None else "")
+            + ("its attention heads are unknown (only power-of-two TP sizes are planned), " if spec["heads"] is None
+               else "")
             + ("pipeline parallel is not planned, " if spec["layers"] == 1 else "")
             + "the profile run's activations are not in the reserve (the KV figure is high by that much)."
         )

@@ -80,7 +80,10 @@ class Candidate:
 
 def tp_rule_violation(spec, tp):
     """vLLM's checks of TP against the attention heads, as vLLM words them; None when valid (or unknown)."""
-    if spec["heads"] is None:  # a model planned without a config (plan/modelled.py opaque_spec)
+    if spec["heads"] is None:  # a model planned without its shapes (plan/modelled.py opaque_spec)
+        if tp & (tp - 1):
+            return (f"its attention heads are unknown, so only power-of-two TP sizes are planned (vLLM needs TP to "
+                    f"divide the heads; give the config to plan TP={tp})")
         return None
     if spec["heads"] % tp:
         return f"Total number of attention heads ({spec['heads']}) must be divisible by tensor parallel size ({tp})"
@@ -225,6 +228,10 @@ def check_pins(inputs):
                 f"{say('overrides.tp', tp)} exceeds the {gpus} GPUs of one node: TP stays inside a node "
                 "(set allow_tp_across_nodes to break that rule on purpose)"
             )
+    if pp is not None and pp > 1 and spec.get("opaque") and spec["layers"] == 1:
+        raise PlanError(f"{say('overrides.pp', pp)} needs the model's layers, which {spec['name']} was planned "
+                        "without: give its config.json (a model directory, or {config: ...} beside weights_gib and "
+                        "kv_bytes_per_token)")
     if pp is not None and pp > spec["layers"]:
         raise PlanError(
             f"{say('overrides.pp', pp)} exceeds the model's {spec['layers']} layers: a stage would hold no layer"
