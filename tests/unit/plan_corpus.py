@@ -25,7 +25,12 @@ a throughput need unused (10 plans) the decision's Q2 line checks the need again
 warning names both when the pin falls short or the need cannot be checked, and where no need was given (13 plans)
 the Q2 line no longer says "one replica is planned" above several (no layout changed), then for RoPE scaling:
 every plan's model gains `max_model_len_limit` (no corpus model has a linear or dynamic factor, so no limit,
-layout or error changed).
+layout or error changed), then for MXFP4 experts laid out as vLLM 0.32's MoE kernel pads them (plan/memory.py
+`mxfp4_padding`): 10 gpt-oss plans changed (the requests did not; positive modelling changed none): on L40S and
+A100 (Marlin) the weights per GPU grow 9% and more, on H100/H200 at TP >= 2 (Triton rounds each rank's expert
+slice to 64) 2 to 5%; their KV tokens fall accordingly and a warning names the kernel; one L40S plan misses the
+default target with TP=4 and so takes the first layout that fits (EP + DP), and one A100 request at utilization
+0.8 no longer fits (65.84 GiB of weights, an error, as vLLM's start would be).
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ Pure Python, no Ansible import.
 
 from __future__ import annotations
 
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import memory
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import GIB, gib
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.gpu_names import mxfp4_kernel
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.inputs import DEFAULT_CONCURRENCY_TARGET
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.layout import (
     Candidate,
@@ -274,6 +276,14 @@ def warnings(inputs, cand, ev, default_missed):
         )
     if cand.tp > 1 and not inputs.nvlink and inputs.device == "cuda":
         found.append(f"TP={cand.tp} runs without NVLink: every all-reduce crosses PCIe, expect poor TP scaling.")
+    padding = memory.mxfp4_padding(inputs, 1 if cand.ep_on else cand.tp * (cand.dp if inputs.moe_shared_dp(cand) else 1))
+    if padding > 1:
+        kernel, width, hidden = mxfp4_kernel(inputs.gpu_name)
+        found.append(
+            f"{spec['name']}'s MXFP4 experts run on vLLM's {kernel} MoE kernel on {inputs.gpu_name}, which pads them "
+            f"(each rank's expert width to a multiple of {width}, the hidden size to {hidden}): {padding - 1:.1%} "
+            "more expert memory than the checkpoint, counted in the weights per GPU."
+        )
     if spec.get("opaque"):
         found.append(
             f"{spec['name']} is planned from the weights_gib and kv_bytes_per_token given, not from its shapes: "

@@ -63,3 +63,24 @@ def nvlink_from_name(name, gpus):
                 return False, f"{rule.what}, so NVLink does not join all {gpus}"
             return rule.nvlink, rule.what
     return None, None
+
+
+# Which MXFP4 MoE kernel vLLM 0.32 runs gpt-oss on, by GPU name, and how it pads the expert matrices
+# (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py: the gpt-oss backend order, then
+# mxfp4_round_up_hidden_size_and_intermediate_size on each rank's expert width). Hopper runs the OAI Triton
+# kernels (SM90 to SM12x, but consumer Blackwell orders them after Marlin), which round the width to 64 only;
+# Ampere, Ada and consumer Blackwell fall to Marlin, which rounds the width to 128 and the hidden size to 256.
+# Other names (B200: FlashInfer's TRT-LLM kernel when FlashInfer is installed, else Triton) are not decided here.
+MXFP4_KERNELS = (
+    (r"\bH(100|200|20|800)\b|\bGH200\b", ("Triton", 64, 1)),
+    (r"\bA(100|10G?|30|40)\b|\bL(4|40|40S)\b|\bT4\b|\bRTX\b", ("Marlin", 128, 256)),
+)
+
+
+def mxfp4_kernel(name):
+    """(kernel, width multiple, hidden multiple) vLLM 0.32 uses for MXFP4 experts on ``name``; None if unknown."""
+    upper = name.upper()
+    for pattern, kernel in MXFP4_KERNELS:
+        if re.search(pattern, upper):
+            return kernel
+    return None

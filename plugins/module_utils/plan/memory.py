@@ -16,6 +16,7 @@ import math
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import kv_cache
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import model_config as mc
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import GIB, gib
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.gpu_names import mxfp4_kernel
 
 # KV block size vLLM uses: CUDA attention 16 (MLA backends such as FlashMLA 64);
 # CPU attention 128 (CPU MLA 16). Source: platforms/cpu.py, CacheConfig.
@@ -124,6 +125,24 @@ def reserve_gib(inputs, cand):
     return reserve
 
 
+def mxfp4_padding(inputs, moe_tp):
+    """How much larger vLLM's MoE kernel makes MXFP4 experts than the checkpoint, on ``moe_tp`` ranks per expert.
+
+    The kernel rounds each rank's expert width (``moe_intermediate_size / moe_tp``) and the hidden size up to its
+    tile (plan/gpu_names.py ``MXFP4_KERNELS``); 1.0 where the weights were given or the kernel is not known.
+    """
+    spec = inputs.spec
+    if spec.get("quantization") != "mxfp4" or spec.get("weights_source") == "given" or inputs.device != "cuda":
+        return 1.0
+    kernel = mxfp4_kernel(inputs.gpu_name)
+    if kernel is None:
+        return 1.0
+    _name, width_multiple, hidden_multiple = kernel
+    hidden, width = spec["hidden_size"], spec["moe_intermediate_size"] // moe_tp
+    padded = (math.ceil(hidden / hidden_multiple) * hidden_multiple) * (math.ceil(width / width_multiple) * width_multiple)
+    return padded / (hidden * width)
+
+
 def kv_bytes_per_layer(inputs, tp):
     """KV bytes one rank stores per token and layer, in the --kv-cache-dtype (an operator's figure as given)."""
     spec = inputs.spec
@@ -153,6 +172,7 @@ def evaluate(inputs, cand):
         routed_share = routed * math.ceil(spec["experts"] / ep) / spec["experts"] if spec["experts"] else 0.0
     else:
         routed_share = routed / (cand.tp * (cand.dp if inputs.moe_shared_dp(cand) else 1))
+    routed_share *= mxfp4_padding(inputs, 1 if cand.ep_on else cand.tp * (cand.dp if inputs.moe_shared_dp(cand) else 1))
     partition = mc.pp_partition(spec["layers"], cand.pp)
     bounds = [(sum(partition[:stage]), sum(partition[: stage + 1])) for stage in range(cand.pp)]
     kv_layout = kv_cache.layout(inputs, cand, bounds, scheduled_tokens(inputs, cand))
