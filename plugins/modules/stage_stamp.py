@@ -71,24 +71,6 @@ options:
     description: Where the stamps live.
     type: path
     default: /etc/vllm-cluster/stages
-  client_targets:
-    description:
-      - V(check) - API servers (C({host, url, model}), filter C(vllm_ops.cluster.api_targets)) the controller asks
-        for one completion, as a client would, while the node collects its evidence (the action plugin does it;
-        the node never sees these options).
-      - The answer is awaited only when this node's stamps up to the vllm stage hold and its units are healthy;
-        its findings are C(client_problems).
-    type: list
-    elements: dict
-    default: []
-  client_api_key:
-    description: The API key the completion carries (C(vllm_cluster_api_key)); none sent when empty.
-    type: str
-    default: ""
-  client_timeout:
-    description: Seconds the completion may take.
-    type: float
-    default: 10
 notes:
   - V(check) only reads and runs the same in check mode; V(record) and V(absent) report what they
     would change in check mode and write nothing.
@@ -142,14 +124,6 @@ health_problems:
   type: list
   elements: str
   sample: ["vllm.service processes stopped (pids 4312, 4377 in state T)"]
-client_problems:
-  description: >-
-    V(check) with O(client_targets) - the controller's findings, one per API server that did not answer a
-    completion ([] when each did); absent when the answer was not awaited.
-  returned: when awaited
-  type: list
-  elements: str
-  sample: ["controller: POST http://10.0.0.1:8000/v1/completions timed out after 10 s"]
 removed:
   description: V(absent) - the stamp files removed (or that would be, in check mode).
   returned: state=absent
@@ -216,10 +190,6 @@ def main():
             "units": {"type": "list", "elements": "str", "default": []},
             "probes": {"type": "list", "elements": "list", "default": []},
             "dir": {"type": "path", "default": "/etc/vllm-cluster/stages"},
-            # The action's own (plugins/action/stage_stamp.py): documented here, used on the controller.
-            "client_targets": {"type": "list", "elements": "dict", "default": []},
-            "client_api_key": {"type": "str", "default": "", "no_log": True},
-            "client_timeout": {"type": "float", "default": 10},
         },
         required_if=[("state", "record", ("stage", "digest")), ("state", "check", ("digest",))],
         supports_check_mode=True,

@@ -261,18 +261,3 @@ def test_the_drop_ins_of_a_unit_are_listed_loaded_or_not(tmp_path):
     # vllm_service's configure.yml runs the removal only where this list is not empty.
     assert unit_dropins.present_dropins("ray-head.service", (str(etc), str(run))) == []
     assert unit_dropins.present_dropins("other.service", (str(etc), str(run))) == []
-
-
-def test_the_controllers_completion_is_awaited_only_where_the_vllm_stage_could_be_skipped():
-    from ansible_collections.vllm_ops.cluster.plugins.action.stage_stamp import client_needed
-
-    stages = ["preflight", "network", "runtime", "vllm", "verify"]
-    holds = {stage: {"reasons": []} for stage in stages}
-    assert client_needed(stages, {"stages": holds, "health_problems": []})
-    # verify comes after vllm: its stamp does not decide whether vllm is skipped, the completion does.
-    assert client_needed(stages, {"stages": dict(holds, verify={"reasons": ["gone"]})})
-    assert not client_needed(stages, {"stages": dict(holds, runtime={"reasons": ["/srv/models/m changed"]})})
-    assert not client_needed(stages, {"stages": dict(holds, vllm={"reasons": ["unit file gone"]})})
-    assert not client_needed(stages, {"stages": {k: v for k, v in holds.items() if k != "network"}})
-    assert not client_needed(stages, {"stages": holds, "health_problems": ["vllm.service failed"]})
-    assert not client_needed(stages, {"failed": True, "msg": "unreadable"})
