@@ -9,7 +9,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ansible_collections.vllm_ops.cluster.plugins.lookup.api_completion import ask
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import health, host_state, unit_dropins
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import health, host_state
 
 SHOW = "LoadState=loaded\nActiveState={active}\nSubState={sub}\nNRestarts={restarts}\nControlGroup={cg}\nMainPID={pid}\n"
 
@@ -247,17 +247,3 @@ def test_free_space_is_read_where_the_path_is_or_will_be_created(tmp_path):
     assert found["total_bytes"] == expected.f_blocks * expected.f_frsize > 0
     assert 0 <= found["free_bytes"] <= found["total_bytes"]
     assert host_state.free_space(str(tmp_path / "home"))["checked"] == str(tmp_path / "home")
-
-
-def test_the_drop_ins_of_a_unit_are_listed_loaded_or_not(tmp_path):
-    etc, run = tmp_path / "etc", tmp_path / "run"
-    (etc / "vllm.service.d").mkdir(parents=True)
-    (etc / "vllm.service.d" / "override.conf").write_text("[Service]\nCPUQuota=3%\n")
-    (run / "vllm.service.d").mkdir(parents=True)
-    (run / "vllm.service.d" / "10-runtime.conf").symlink_to(etc / "vllm.service.d" / "override.conf")
-    (etc / "ray-head.service.d").mkdir()
-    assert unit_dropins.present_dropins("vllm.service", (str(etc), str(run))) == [
-        str(etc / "vllm.service.d" / "override.conf"), str(run / "vllm.service.d" / "10-runtime.conf")]
-    # vllm_service's configure.yml runs the removal only where this list is not empty.
-    assert unit_dropins.present_dropins("ray-head.service", (str(etc), str(run))) == []
-    assert unit_dropins.present_dropins("other.service", (str(etc), str(run))) == []

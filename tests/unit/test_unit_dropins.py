@@ -78,3 +78,18 @@ def test_the_module_through_ansible_warns_diffs_and_is_idempotent(tmp_path, root
     assert message in result["remove"]["warnings"]
     assert result["remove"]["diff"][0]["before"] == "[Service]\nCPUQuota=3%\n"
     assert not (etc / "vllm.service.d" / "override.conf").exists() and (etc / "vllm.service.d" / "keep.conf").exists()
+
+
+def test_the_drop_ins_of_a_unit_are_listed_loaded_or_not(tmp_path):
+    etc, run = tmp_path / "etc", tmp_path / "run"
+    (etc / "vllm.service.d").mkdir(parents=True)
+    (etc / "vllm.service.d" / "override.conf").write_text("[Service]\nCPUQuota=3%\n")
+    (run / "vllm.service.d").mkdir(parents=True)
+    (run / "vllm.service.d" / "10-runtime.conf").symlink_to(etc / "vllm.service.d" / "override.conf")
+    (etc / "ray-head.service.d").mkdir()
+    assert ud.present_dropins("vllm.service", (str(etc), str(run))) == [
+        str(etc / "vllm.service.d" / "override.conf"), str(run / "vllm.service.d" / "10-runtime.conf")]
+    # vllm_service's configure.yml runs the removal only where this list is not empty.
+    assert ud.present_dropins("ray-head.service", (str(etc), str(run))) == []
+    assert ud.present_dropins("other.service", (str(etc), str(run))) == []
+

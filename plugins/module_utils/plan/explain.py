@@ -276,7 +276,7 @@ def warnings(inputs, cand, ev, default_missed):
         )
     if cand.tp > 1 and not inputs.nvlink and inputs.device == "cuda":
         found.append(f"TP={cand.tp} runs without NVLink: every all-reduce crosses PCIe, expect poor TP scaling.")
-    padding = memory.mxfp4_padding(inputs, 1 if cand.ep_on else cand.tp * (cand.dp if inputs.moe_shared_dp(cand) else 1))
+    padding = memory.mxfp4_padding(inputs, memory.expert_shards(inputs, cand))
     if padding > 1:
         kernel, width, hidden = mxfp4_kernel(inputs.gpu_name)
         found.append(

@@ -206,8 +206,9 @@ def prepare(request):
     vllm_version = request.get("vllm_version")
     if not isinstance(vllm_version, str) or not re.match(r"^\d+\.\d+(\.\d+)?", vllm_version):
         raise PlanError(f"{request.label('vllm_version')} must look like 0.32.0, got {vllm_version!r}")
-    if vllm_versions.version_problem(vllm_version, request.label("vllm_version")):
-        raise PlanError(vllm_versions.version_problem(vllm_version, request.label("vllm_version")))
+    unsupported = vllm_versions.version_problem(vllm_version, request.label("vllm_version"))
+    if unsupported:
+        raise PlanError(unsupported)
     inputs.vllm_version = vllm_version
     inputs.allow_tp_across_nodes = boolean(request.get("allow_tp_across_nodes"),
                                            request.label("allow_tp_across_nodes"))

@@ -125,6 +125,12 @@ def reserve_gib(inputs, cand):
     return reserve
 
 
+def expert_shards(inputs, cand):
+    """How many ranks split each routed expert's matrices: 1 with EP (whole experts per rank), else TP (times DP
+    where the DP ranks share one MoE, vLLM's TP-over-DP for experts)."""
+    return 1 if cand.ep_on else cand.tp * (cand.dp if inputs.moe_shared_dp(cand) else 1)
+
+
 def mxfp4_padding(inputs, moe_tp):
     """How much larger vLLM's MoE kernel makes MXFP4 experts than the checkpoint, on ``moe_tp`` ranks per expert.
 
@@ -171,8 +177,8 @@ def evaluate(inputs, cand):
         ep = cand.tp * cand.dp
         routed_share = routed * math.ceil(spec["experts"] / ep) / spec["experts"] if spec["experts"] else 0.0
     else:
-        routed_share = routed / (cand.tp * (cand.dp if inputs.moe_shared_dp(cand) else 1))
-    routed_share *= mxfp4_padding(inputs, 1 if cand.ep_on else cand.tp * (cand.dp if inputs.moe_shared_dp(cand) else 1))
+        routed_share = routed / expert_shards(inputs, cand)
+    routed_share *= mxfp4_padding(inputs, expert_shards(inputs, cand))
     partition = mc.pp_partition(spec["layers"], cand.pp)
     bounds = [(sum(partition[:stage]), sum(partition[: stage + 1])) for stage in range(cand.pp)]
     kv_layout = kv_cache.layout(inputs, cand, bounds, scheduled_tokens(inputs, cand))
