@@ -10,8 +10,12 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.render import nft
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.router.front import inventory_address
 
 
-def firewall_trusted_addresses(groups, hostvars, group_names, plan):
-    """The addresses of the hosts of ``group_names`` that are not ``plan``'s cluster nodes."""
+def firewall_trusted_addresses(groups, hostvars, group_names, plan, extra=None):
+    """``extra`` then the addresses of the hosts of ``group_names`` that are not ``plan``'s cluster nodes.
+
+    ``extra`` is taken here rather than added in the template: an error raised by this filter inside
+    ``a + b`` reaches the operator as a type error that hides its message.
+    """
     names = [group_names] if isinstance(group_names, str) else list(group_names or [])
     members = {}
     for group in names:
@@ -21,9 +25,10 @@ def firewall_trusted_addresses(groups, hostvars, group_names, plan):
     cluster = [node.get("name") for node in ((plan or {}).get("cluster") or {}).get("nodes") or []]
     cluster += [node.get("host") for node in (plan or {}).get("nodes") or []]
     try:
-        return nft_policy.trusted_addresses(members, cluster, " and ".join(f"group {name}" for name in names))
+        found = nft_policy.trusted_addresses(members, cluster, " and ".join(f"group {name}" for name in names))
     except nft_policy.FirewallError as exc:
         raise AnsibleFilterError(str(exc)) from exc
+    return list(extra or []) + found
 
 
 class FilterModule:

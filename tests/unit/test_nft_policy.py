@@ -262,6 +262,8 @@ def test_the_filter_finds_a_router_of_another_deployment_by_its_own_plan():
     # For deployment a, node1 is its own node: only the monitor is added; a missing group is empty.
     assert firewall_trusted_addresses(groups, hostvars, ["vllm_router", "vllm_monitor", "absent"], plan_a) == [
         "10.0.0.9"]
+    assert firewall_trusted_addresses(groups, hostvars, ["vllm_monitor"], plan_a, ["192.0.2.7"]) == [
+        "192.0.2.7", "10.0.0.9"]
     del hostvars["mon"]["vllm_cluster_fabric_address"]
     with pytest.raises(AnsibleFilterError, match=r"host mon \(in group vllm_router and group vllm_monitor\)"):
         firewall_trusted_addresses(groups, hostvars, ["vllm_router", "vllm_monitor"], plan_b)
