@@ -47,6 +47,13 @@ def _clear_node_facts(spec: LabSpec) -> None:
         (cache / node).unlink(missing_ok=True)
 
 
+def _cores_from(index: int) -> list[int]:
+    """The host's cores, starting at node ``index``'s own (round robin over the cores)."""
+    cores = sorted(os.sched_getaffinity(0))
+    first = index % len(cores)
+    return cores[first:] + cores[:first]
+
+
 def write(spec: LabSpec) -> Path:
     _clear_node_facts(spec)
     inventory = spec.inventory
@@ -72,6 +79,8 @@ def write(spec: LabSpec) -> Path:
             f"lab_fabric_address: {spec.fabric_address(k)}",
             f"lab_fabric_network: {spec.fabric_network}",
             f"lab_fabric_mtu: {spec.fabric_mtu}",
+            # The nodes share the host's cores: each starts on its own (inventories/lab/group_vars).
+            f"lab_cpu_core_ids: {_cores_from(k - 1)}",
         ]) + "\n"
         write_atomic(host_vars / f"{node}.yml", text)
     for stale in host_vars.glob("node*.yml"):

@@ -123,15 +123,18 @@ def router_url(lab) -> str:
 
 
 def openai_through_router(lab, count: int) -> list[dict]:
-    """`count` completions and the model list through the router, by the openai client on the controller."""
+    """`count` completions one after another and the model list through the router, by the openai client on the
+    controller; each with its wall time (``seconds``)."""
     script = (
-        "import json, sys, openai\n"
+        "import json, sys, time, openai\n"
         "client = openai.OpenAI(base_url=sys.argv[1], api_key=sys.argv[2], timeout=120, max_retries=0)\n"
         "models = [m.id for m in client.models.list().data]\n"
         "for i in range(int(sys.argv[4])):\n"
+        "    started = time.monotonic()\n"
         "    done = client.completions.create(model=sys.argv[3], prompt=f'Request {i}: the quick brown fox',\n"
         "                                     max_tokens=4, temperature=0, extra_body={'ignore_eos': True})\n"
-        "    print(json.dumps({'models': models, 'model': done.model, 'tokens': done.usage.completion_tokens}))\n")
+        "    print(json.dumps({'models': models, 'model': done.model, 'tokens': done.usage.completion_tokens,\n"
+        "                      'seconds': time.monotonic() - started}))\n")
     proc = subprocess.run([str(RUNTIME_PYTHON), "-c", script, f"{router_url(lab)}/v1", lab.api_key, DEPLOYMENT,
                            str(count)], capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

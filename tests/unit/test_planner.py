@@ -852,6 +852,32 @@ def test_cpu_env_and_thread_binding():
         cpu_plan({"tp": 2}, cpu_cores_per_node=1)
 
 
+def test_nodes_that_share_a_machines_cores_bind_their_workers_apart():
+    """The lab's containers share the host's cores: vllm_cluster_cpu_core_ids starts each node on its own core.
+
+    Two vLLM CPU workers bound to one core stall each other for up to a second after each step (each busy-waits on
+    its queue); bound apart they do not. What could make it fail: the planner ignoring a node's cores."""
+    nodes = cpu_nodes(2, 1)
+    nodes[0]["cpu_core_ids"], nodes[1]["cpu_core_ids"] = [0, 1], ["1", "0"]  # as the lab's inventory renders them
+    plan = cpu_plan({"tp": 2}, nodes=nodes, cpu_cores_per_node=None, allow_tp_across_nodes=True)
+    assert [node["env"]["VLLM_CPU_OMP_THREADS_BIND"] for node in plan["nodes"]] == ["0", "1"]
+    # Two workers on a node take the list in order; a non-contiguous share is written with commas.
+    two = cpu_nodes(1, 2)
+    two[0]["cpu_core_ids"] = [3, 1, 2, 0]
+    assert cpu_plan({"tp": 2}, nodes=two, cpu_cores_per_node=4)["nodes"][0]["env"]["VLLM_CPU_OMP_THREADS_BIND"] \
+        == "3,1|2,0"
+    two[0]["cpu_core_ids"] = [4, 5, 6, 7]
+    assert cpu_plan({"tp": 2}, nodes=two, cpu_cores_per_node=4)["nodes"][0]["env"]["VLLM_CPU_OMP_THREADS_BIND"] \
+        == "4-5|6-7"
+    two[0]["cpu_core_ids"] = [1]
+    with pytest.raises(PlanError, match=r"node lab0: vllm_cluster_cpu_core_ids \[1\] names 1 cores; expected at least 2"):
+        cpu_plan({"tp": 2}, nodes=two, cpu_cores_per_node=None)
+    for bad in ([], [0, 0], [-1], "0-3"):
+        two[0]["cpu_core_ids"] = bad
+        with pytest.raises(PlanError, match="node lab0: vllm_cluster_cpu_core_ids must be a non-empty list"):
+            cpu_plan({"tp": 2}, nodes=two)
+
+
 def test_cpu_pp_never_adds_enforce_eager():
     assert "--enforce-eager" in cpu_plan({"tp": 2})["nodes"][0]["argv"]
     assert "--enforce-eager" not in cpu_plan({"pp": 2})["nodes"][0]["argv"]

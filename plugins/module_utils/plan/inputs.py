@@ -46,7 +46,7 @@ TARGETS = (
     "throughput_need_tok_s",
     "replica_throughput_tok_s",
 )
-NODE_KEYS = ("name", "address", "fabric_interface", "ib_hcas", "gpus", "gpu_ids")
+NODE_KEYS = ("name", "address", "fabric_interface", "ib_hcas", "gpus", "gpu_ids", "cpu_core_ids")
 
 
 class Inputs:
@@ -72,7 +72,7 @@ def check_cluster(cluster):
         unknown = sorted(str(k) for k in node if k not in NODE_KEYS)
         if unknown:
             raise PlanError(
-                f"{where} has unknown keys {unknown}; expected name, address, gpus, fabric_interface, ib_hcas, gpu_ids"
+                f"{where} has unknown keys {unknown}; expected {', '.join(NODE_KEYS)}"
             )
         name, address = node.get("name"), node.get("address", node.get("name"))
         if not isinstance(name, str) or not NAME.match(name):
@@ -128,7 +128,26 @@ def _node_gpus_and_network(name, address, node):
         "nvlink_source": nvlink_source,
         "nvlink_why": nvlink_why,
         "gpu_ids": gpu_ids,
+        "cpu_core_ids": _cpu_core_ids(name, node.get("cpu_core_ids")),
     }
+
+
+def _cpu_core_ids(name, value):
+    """vllm_cluster_cpu_core_ids: the node's cores in the order its CPU workers take them (CPU platform).
+
+    Nodes that share one machine's cores (the lab's containers) each start on a different core: two vLLM workers
+    bound to one core stall each other, since each busy-waits on its queue for a second after every step.
+    """
+    if value is None:
+        return None
+    if isinstance(value, list):
+        value = [from_text(core, "int") for core in value]
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(core, int) and not isinstance(core, bool) and core >= 0 for core in value)
+            or len(set(value)) != len(value)):
+        raise PlanError(f"node {name}: vllm_cluster_cpu_core_ids must be a non-empty list of distinct core ids "
+                        f"(integers from 0), got {value!r}")
+    return value
 
 
 def _nvlink(name, gpus, count):

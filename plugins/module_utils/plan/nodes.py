@@ -69,21 +69,30 @@ def rank_table(inputs, cand):
     return rows
 
 
-def _cpu_binding(inputs, node_name, workers, gpu_ids=None):
-    if gpu_ids:  # a shared machine on the CPU platform: lab GPU i is core i, so deployments bind apart
-        return "|".join(str(core) for core in gpu_ids[:workers])
+def _cpu_binding(inputs, node, workers):
+    """VLLM_CPU_OMP_THREADS_BIND: each worker's cores, ``|`` between workers (vLLM's CPU platform)."""
+    if node.get("gpu_ids"):  # a shared machine on the CPU platform: lab GPU i is core i, so deployments bind apart
+        return "|".join(str(core) for core in node["gpu_ids"][:workers])
     cores = inputs.cpu_cores_per_node if inputs.cpu_cores_per_node is not None else workers
     if cores < workers:
         raise PlanError(
-            f"node {node_name} runs {workers} CPU workers but has {cores} cores: "
+            f"node {node['name']} runs {workers} CPU workers but has {cores} cores: "
             "VLLM_CPU_OMP_THREADS_BIND needs at least one core per worker"
         )
+    ids = node.get("cpu_core_ids") or list(range(cores))
+    if len(ids) < cores:
+        raise PlanError(
+            f"node {node['name']}: vllm_cluster_cpu_core_ids {ids} names {len(ids)} cores; expected at least {cores}"
+            f" ({workers} CPU workers, cpu_cores_per_node {inputs.cpu_cores_per_node})")
     share = cores // workers
-    lists = []
-    for index in range(workers):
-        first, last = index * share, (index + 1) * share - 1
-        lists.append(str(first) if first == last else f"{first}-{last}")
-    return "|".join(lists)
+    return "|".join(_core_list(ids[index * share:(index + 1) * share]) for index in range(workers))
+
+
+def _core_list(cores):
+    """vLLM's core list text: ``0-3`` for a run, else ``5,2``."""
+    if len(cores) > 1 and cores == list(range(cores[0], cores[0] + len(cores))):
+        return f"{cores[0]}-{cores[-1]}"
+    return ",".join(str(core) for core in cores)
 
 
 def serve_argv(inputs, cand, node_rank, head_address):
@@ -126,7 +135,7 @@ def node_env(inputs, node, workers):
         env["HF_HUB_OFFLINE"] = "1"
     if inputs.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(inputs.cpu_kvcache_space_gib)
-        env["VLLM_CPU_OMP_THREADS_BIND"] = _cpu_binding(inputs, node["name"], workers, node.get("gpu_ids"))
+        env["VLLM_CPU_OMP_THREADS_BIND"] = _cpu_binding(inputs, node, workers)
         if is_ip(node["address"]):
             env["VLLM_HOST_IP"] = node["address"]
     if node.get("gpu_ids"):
