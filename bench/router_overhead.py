@@ -147,8 +147,12 @@ def stop(process: subprocess.Popen) -> None:
             process.wait(timeout=30)
 
 
-def run_load(base_url: str, workdir: Path, name: str, num_prompts: int) -> dict:
-    argv = bench_argv(lab_profile(num_prompts), base_url, SERVED, str(MODEL), result_dir=str(workdir),
+def run_load(base_url: str, workdir: Path, name: str, num_prompts: int, *, served: str = SERVED,
+             max_concurrency: int | None = None) -> dict:
+    profile = lab_profile(num_prompts)
+    if max_concurrency:
+        profile["max_concurrency"] = max_concurrency
+    argv = bench_argv(profile, base_url, served, str(MODEL), result_dir=str(workdir),
                       result_filename=f"{name}.json", vllm=str(RUNTIME / "vllm"))
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)
     if proc.returncode != 0:
