@@ -1,7 +1,8 @@
 """The Grafana dashboards of role vllm_monitoring: every panel's PromQL parses (Debian's promtool) and reads
-only metrics vLLM 0.32 registers (its source in the runtime venv), node exporter's, Prometheus's own or the
-project's recording rules; and the helper the lab's live check will use (every panel returns a series),
-tested against a small local HTTP server.
+only metrics vLLM 0.32 registers (its source in the runtime venv), node exporter's, Prometheus's own, the
+project's recording rules or vllm-router's as a real vllm-router 0.1.17 exposed them (tests/fixtures/router/);
+and the helper the lab's live check will use (every panel returns a series), tested against a small local HTTP
+server.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.monitoring.promql
     metric_names,
     substitute,
 )
+from test_facts_modules import REPO
 from test_monitoring_rules import (
     PLAN_RECORDS,
     RULES,
@@ -31,6 +33,14 @@ from test_monitoring_rules import (
 
 DASHBOARDS = sorted((Path(RULES).parents[1] / "dashboards").glob("*.json"))
 ALL = {"deployment": ".*", "replica": ".*"}
+# vllm-router's own series, as a real vllm-router 0.1.17 exposed them (tests/fixtures/router/doctor/capture.py).
+ROUTER_CAPTURES = sorted((REPO / "tests" / "fixtures" / "router" / "doctor").glob("*/metrics.txt"))
+
+
+def captured_router_names():
+    """Every series name in the captured router metrics (``name{labels} value`` lines)."""
+    return {re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*", line).group(0) for path in ROUTER_CAPTURES
+            for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
 
 
 def load(path):
@@ -39,6 +49,10 @@ def load(path):
 
 def panel_exprs(dashboard):
     return [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+
+
+def router_exprs(dashboard):
+    return [expr for expr in panel_exprs(dashboard) if any(n.startswith("vllm_router_") for n in metric_names(expr))]
 
 
 def variable_queries(dashboard):
@@ -63,6 +77,9 @@ def test_three_dashboards_each_with_its_variables_and_panels():
         assert variables[:2] == ["datasource", "deployment"], path.name
         assert dashboard["uid"].startswith("vllm-cluster-") and dashboard["panels"], path.name
         for panel in dashboard["panels"]:
+            if panel["type"] == "row":  # a row's title groups the panels below it; it queries nothing
+                assert panel["title"] and not panel.get("targets"), panel
+                continue
             assert panel["targets"] and panel["datasource"]["uid"] == "${datasource}", panel["title"]
             # Every panel is scoped by the deployment variable.
             assert all("$deployment" in target["expr"] for target in panel["targets"]), panel["title"]
@@ -70,7 +87,7 @@ def test_three_dashboards_each_with_its_variables_and_panels():
 
 
 def test_every_expression_reads_metrics_that_exist():
-    known = vllm_exposed_names()
+    known = vllm_exposed_names() | captured_router_names()
     recorded = recorded_names(RULES) | PLAN_RECORDS
     for path in DASHBOARDS:
         dashboard = load(path)
@@ -79,6 +96,32 @@ def test_every_expression_reads_metrics_that_exist():
     names = {name for path in DASHBOARDS for expr in panel_exprs(load(path)) for name in metric_names(expr)}
     assert {"vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds_bucket",
             "vllm:generation_tokens_total", "node_cpu_seconds_total", "vllm_cluster:replicas_healthy"} <= names
+
+
+def test_the_router_panels_read_only_what_a_real_router_exposed_from_its_scrape_job():
+    captured = captured_router_names()
+    assert len(ROUTER_CAPTURES) == 3 and {"vllm_router_worker_health", "vllm_router_cb_state"} <= captured
+    fleet = load(DASHBOARDS[1])
+    exprs = router_exprs(fleet)
+    read = {name for expr in exprs for name in metric_names(expr)}
+    # Requests, requests per worker, each worker's health and circuit breaker: all in the capture.
+    assert {"vllm_router_requests_total", "vllm_router_processed_requests_total", "vllm_router_worker_health",
+            "vllm_router_cb_state", "vllm_router_cb_outcomes_total"} <= read <= captured, read - captured
+    # The router's series carry no deployment: its target's `fronts` (the deployments it fronts, or *) scopes them.
+    assert all('job="router"' in expr and "fronts=~" in expr for expr in exprs), exprs
+    rows = [panel["title"] for panel in fleet["panels"] if panel["type"] == "row"]
+    assert rows == ["The router (vllm-router's own metrics, job router)"]
+    # The other dashboards are one deployment's replicas: no router panel there.
+    assert not router_exprs(load(DASHBOARDS[0])) and not router_exprs(load(DASHBOARDS[2]))
+
+
+@pytest.mark.parametrize(("fronts", "deployment", "selected"), [
+    ("*", "chat", True), ("chat", "chat", True), ("chat,code", "code", True), ("a,chat,b", "chat", True),
+    ("chatty", "chat", False), ("code", "chat", False), ("code", ".*", True), ("a,b", "(b|c)", True)])
+def test_the_router_panels_follow_the_deployment_variable(fronts, deployment, selected):
+    [matcher] = {re.search(r'fronts=~"([^"]+)"', expr).group(1) for expr in router_exprs(load(DASHBOARDS[1]))}
+    regex = substitute(matcher, {"deployment": deployment})
+    assert (re.fullmatch(regex, fronts) is not None) is selected, (regex, fronts)
 
 
 def test_every_expression_parses_in_promtool(tmp_path):

@@ -8,6 +8,7 @@ the lab's nodes, changed=0 on a re-run, alerts firing) is tests/lab's, not here.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import jinja2
@@ -17,9 +18,10 @@ from ansible_collections.vllm_ops.cluster.plugins.filter.monitoring_targets impo
     monitoring_router_targets,
     monitoring_targets,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.build import build_plan
 from test_facts_modules import REPO
 from test_monitoring_rules import RULES, promtool
-from test_monitoring_targets import lab_plan
+from test_monitoring_targets import H100, lab_plan
 
 ROLE = REPO / "roles" / "vllm_monitoring"
 
@@ -66,3 +68,54 @@ def test_both_services_listen_on_the_given_address_only():
     dropin = render("prometheus.dropin.conf.j2", __vllm_monitoring_storage="/var/lib/prometheus")
     assert "ProtectSystem=strict" in dropin and "ReadWritePaths=/var/lib/prometheus" in dropin
     assert "NoNewPrivileges=yes" in dropin
+
+
+def relabel(labels, configs):
+    """Prometheus's relabelling (action replace, replacement $1: what the vllm job's metric_relabel_configs use)
+    of one series' labels: the source labels joined with ';', the regex anchored, the target set to group 1."""
+    labels = dict(labels)
+    for config in configs:
+        assert set(config) == {"source_labels", "regex", "target_label"}, config
+        value = ";".join(labels.get(name, "") for name in config["source_labels"])
+        match = re.fullmatch(config["regex"], value)
+        if match is not None:
+            labels[config["target_label"]] = match.group(1)
+    return labels
+
+
+def vllm_metric_relabels():
+    """The rendered prometheus.yml's metric_relabel_configs of the vllm job."""
+    config = yaml.safe_load(render("prometheus.yml.j2", __vllm_monitoring_file_sd="/x.json",
+                                   __vllm_monitoring_rules_dir="/r", __vllm_monitoring_hostport="10.77.1.9:9090"))
+    [job] = [job for job in config["scrape_configs"] if job["job_name"] == "vllm"]
+    return job["metric_relabel_configs"]
+
+
+def series_replicas(plan, engines_per_server):
+    """``{node: [replica of each engine]}``: what the vllm job makes of a series of each engine of each API server."""
+    rules = vllm_metric_relabels()
+    servers = [group["labels"] for group in monitoring_targets([plan]) if group["labels"]["component"] == "vllm"]
+    return {labels["node"]: [relabel({**labels, "engine": str(engine), "model_name": "m"}, rules)["replica"]
+                             for engine in range(engines_per_server)] for labels in servers}
+
+
+def test_independent_servers_number_their_engines_from_0_and_each_series_gets_its_planned_replica():
+    # The lab's three TP=1 replicas: three `vllm serve`, each with its one engine 0.
+    assert series_replicas(lab_plan({"tp": 1, "dp": 3}), 1) == {"node1": ["0"], "node2": ["1"], "node3": ["2"]}
+    # Eight replicas per server (vLLM's DP inside each node, engines 0-7 on both): sixteen distinct replicas.
+    cluster = [{"name": f"n{k}", "address": f"10.1.0.{k + 1}", "fabric_interface": "ib0", "gpus": H100}
+               for k in range(2)]
+    plan = build_plan("llama-3.1-8b", cluster, {"max_model_len": 8192}, {"tp": 1, "dp": 16}, deployment="d")
+    assert plan["data_parallel"]["mode"] == "independent"
+    assert series_replicas(plan, 8) == {"n0": [str(rank) for rank in range(8)],
+                                        "n1": [str(rank) for rank in range(8, 16)]}
+
+
+def test_one_api_server_of_vllms_dp_keeps_the_engine_as_the_replica():
+    rules = vllm_metric_relabels()
+    # vLLM's DP behind one API server numbers its engines by DP rank: 0-31, past the 16 entries read too.
+    target = {"deployment": "moe", "node": "n0", "replica": ",".join(str(rank) for rank in range(32))}
+    assert [relabel({**target, "engine": str(e)}, rules)["replica"] for e in range(32)] == [str(e) for e in range(32)]
+    # A series without an engine (process metrics) keeps the target's replicas.
+    assert relabel(target, rules)["replica"] == target["replica"]
+    assert relabel({"replica": "1", "engine": ""}, rules)["replica"] == "1"

@@ -3,9 +3,9 @@ throughput per replica, over the stage's load window.
 
 The stage record keeps them (``timelines``) and the report draws them (timelines.png). Read from a
 Prometheus that scrapes the deployment (role vllm_monitoring: targets labelled ``deployment``, ``node``,
-and ``replica`` copied from vLLM's ``engine``). A replica is named by its node and its replica label:
-vLLM's own DP serves every engine from the head (one node, replicas 0..n-1); independent servers are
-one per node.
+and ``replica``, the plan's DP rank of vLLM's ``engine``). A replica is named by its node and its replica
+label: vLLM's own DP serves every engine from the head (one node, replicas 0..n-1); independent servers are
+one per node, each with its own ranks.
 
 Pure Python (3.11+); imports nothing from Ansible; matplotlib only inside ``plot_timelines``.
 """

@@ -23,15 +23,18 @@ in its own scrape job, ``vllm``, ``node`` or ``ray``, by that label):
 
 Labels of every group: ``deployment``; ``node`` (the inventory host); ``role`` (``head``/``worker``, or
 ``idle`` for a host without ranks); ``rank`` (the node's global ranks, joined with ``,``); ``replica``
-(the DP ranks, joined: a node's own; under vLLM's multi-node DP the one API server fronts every replica of
-its deployment, since it serves them all from the head; ``0`` for a plan of one replica). An idle host has
-no ``rank`` and no ``replica``. Node exporter targets also carry ``vllm_unit``, the systemd unit the node
-runs for this deployment (its vLLM unit, Ray's worker unit on a Ray worker), which the alert on a
+(the DP ranks, ascending, joined: a node's own; under vLLM's multi-node DP the one API server fronts every
+replica of its deployment, since it serves them all from the head; ``0`` for a plan of one replica). An idle
+host has no ``rank`` and no ``replica``. Node exporter targets also carry ``vllm_unit``, the systemd unit the
+node runs for this deployment (its vLLM unit, Ray's worker unit on a Ray worker), which the alert on a
 stopped rank compares with node exporter's systemd collector.
 
-Each of vLLM's own series carries ``engine``, the DP rank of the engine it describes; the scrape job
-copies it into ``replica`` (prometheus.yml's metric_relabel_configs), so per-replica series say which,
-with ``node``: independent servers (a dense model's DP) number their engines from 0 each.
+Each of vLLM's own series carries ``engine``, the number of the engine it describes. The scrape job
+(prometheus.yml's metric_relabel_configs) sets the series' ``replica`` to entry number ``engine`` of its
+target's ``replica`` list, so every replica of a deployment has its own value, the plan's DP rank:
+independent servers (a dense model's DP) number their engines from 0 each (three of them, one replica each,
+give replicas 0, 1 and 2, not 0 three times), while the API server of vLLM's DP numbers them by DP rank
+(its list is 0..n-1, so entry e is e).
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ def _replicas(plan):
 
 def _node_labels(plan, node):
     return {"deployment": plan["deployment"], "node": node["host"], "role": node["role"],
-            "rank": _joined(node.get("ranks") or []), "replica": _joined(node.get("dp_ranks") or [0])}
+            "rank": _joined(node.get("ranks") or []), "replica": _joined(sorted(node.get("dp_ranks") or [0], key=int))}
 
 
 def _group(address, port, component, labels):
