@@ -343,13 +343,18 @@ def test_prometheus_and_node_exporter_ports_are_dropped_from_outside_the_cluster
 
 def test_the_lab_is_left_as_test_deploy_leaves_it(fleet):
     """For the modules after this one: no vLLM, no router, no Prometheus and no node exporter running, the lab
-    inventory's firewall on every node. teardown.yml takes the router down (its unit and key gone); the role
-    vllm_monitoring has no teardown entry point yet: its units are stopped and disabled here by hand (the packages
-    stay, as in the image)."""
+    inventory's firewall on every node. teardown.yml takes every deployment down, so the router (its unit and key
+    gone) and monitoring go with them: Prometheus and node exporter stopped and disabled, the targets and the
+    project's rules removed (the packages stay, as in the image). What could make it fail: a teardown that leaves
+    Prometheus scraping a removed deployment, or node exporter listening on a node nothing watches."""
     lab, _ = fleet
     play(fleet, "playbooks/teardown.yml", timeout=900)
     assert_router_torn_down(lab)
     for node in REPLICAS:
-        lab.ssh(node, "systemctl disable --now prometheus.service prometheus-node-exporter.service")
+        shown = lab.ssh(node, "systemctl is-enabled prometheus.service prometheus-node-exporter.service",
+                        check=False).stdout.split()
+        assert "enabled" not in shown, f"{node}: {shown}"
+    assert lab.ssh(MONITOR, "ls /etc/prometheus/file_sd/vllm-cluster.json /etc/prometheus/rules/vllm-cluster.rules.yml",
+                   check=False).returncode != 0
     lab.ansible_playbook("deploy.yml", "--tags", "firewall", timeout=900)
     assert_no_unit_active(lab, "vllm*.service", "prometheus*.service")
