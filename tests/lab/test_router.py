@@ -269,6 +269,10 @@ def test_a_killed_replica_is_taken_out_within_the_health_checks_and_comes_back_t
             assert time.monotonic() - killed < 120, "the router never marked the killed replica unhealthy"
             time.sleep(0.5)
         taken_out_s = time.monotonic() - killed
+        # The runbooks' health check names the dead replica and fails; /list_workers still lists it (membership).
+        code, shown = runbook_health_check(lab, len(REPLICAS))
+        assert code != 0 and f"{victim_url} UNHEALTHY" in shown, shown
+        assert victim_url in lab.ssh(ROUTER_HOST, LIST_WORKERS).stdout
         sent_to_victim = processed(lab).get(victim_url, 0.0)
         time.sleep(2 * HEALTH_INTERVAL_S)
         assert processed(lab).get(victim_url, 0.0) == sent_to_victim, "requests went to the dead replica"
@@ -292,10 +296,21 @@ def test_a_killed_replica_is_taken_out_within_the_health_checks_and_comes_back_t
         assert time.monotonic() < deadline, "the killed replica never came back into the router"
         time.sleep(2)
     print(f"failover: {VICTIM} back in the router {time.monotonic() - killed:.0f} s after the kill")
+    code, shown = runbook_health_check(lab, len(REPLICAS))
+    assert code == 0 and f"{len(REPLICAS)} of {len(REPLICAS)} workers healthy" in shown, shown
     assert lab.ssh(VICTIM, "systemctl show -p MainPID --value vllm.service").stdout.strip() != pid
     before = replica_successes(lab, VICTIM)
     openai_through_router(lab, 6)
     assert replica_successes(lab, VICTIM) - before >= 1
+
+
+def runbook_health_check(lab, servers: int) -> tuple[int, str]:
+    """The runbooks' router health check (docs/runbooks/rolling-upgrade.md, word for word) on the router host."""
+    line = next(line.strip() for line in (REPO / "docs" / "runbooks" / "rolling-upgrade.md").read_text().splitlines()
+                if "/workers | python3" in line)
+    line = line.replace("http://127.0.0.1:8080/", f"http://127.0.0.1:{ROUTER_PORT}/").replace("<servers>", str(servers))
+    done = lab.ssh(ROUTER_HOST, line, check=False)
+    return done.returncode, done.stdout
 
 
 def assert_router_torn_down(lab) -> None:
