@@ -1,6 +1,8 @@
 """The signature catalog is data: it loads, it is validated, and every signature can fire."""
 
+import ast
 import copy
+import json
 import re
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor.report imp
     render_markdown,
     render_report,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import vllm_versions
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG_FILE = REPO / "roles" / "doctor" / "files" / "signatures.yml"
@@ -219,3 +222,81 @@ def test_the_report_prints_the_check_after_the_fix():
     assert lines[fix + 1] == f"   check it worked: {finding['verify']}"
     markdown = render_markdown(report)
     assert f"**Fix.** {finding['fix']}\n\n**Check it worked.** {finding['verify']}" in markdown
+
+
+# --------------------------------------------------------------------------- the vLLM release the advice names
+
+VLLM_RELEASES = {path.stem: json.loads(path.read_text()) for path in
+                 sorted((REPO / "tests" / "fixtures" / "vllm" / "versions").glob("*.json"))}
+# The advice (signatures.yml, subsystems.yml, the observations' and start-up phases' words): every text but the
+# patterns and module paths that match a log or a frame.
+ADVICE_FILES = (REPO / "roles" / "doctor" / "files" / "signatures.yml", REPO / "roles" / "doctor" / "files" /
+                "subsystems.yml")
+ADVICE_CODE = (*sorted((REPO / "plugins" / "module_utils" / "doctor").glob("*.py")),
+               REPO / "plugins" / "module_utils" / "parsers" / "vllm_phases.py")
+NOT_ADVICE = {"match", "prefixes", "messages", "exceptions", "passes_on", "unmapped", "errno"}
+# Flags the advice names of other commands than `vllm serve`.
+OTHER_COMMANDS = {
+    "ray start": ("--address", "--block", "--dashboard-agent-grpc-port", "--dashboard-agent-listen-port",
+                  "--dashboard-port", "--head", "--metrics-export-port", "--node-ip-address", "--node-manager-port",
+                  "--num-gpus", "--object-manager-port", "--port", "--ray-client-server-port",
+                  "--runtime-env-agent-port", "--temp-dir"),
+    "ray list": ("--detail",), "nvidia-smi": ("--format", "--query-compute-apps", "--query-gpu"),
+    "ps": ("--ppid",), "journalctl": ("--since",), "systemctl show": ("--value",), "ansible-playbook": ("--limit",),
+    "a container runtime": ("--ipc", "--shm-size"), "vllm-router": ("--worker-urls",), "py-spy dump": ("--pid",),
+    "vllm-cluster doctor": ("--json", "--log"),
+}
+# The collection's own variables the advice names (not vLLM's).
+OWN_VARIABLES = ("VLLM_CLUSTER_API_KEY",)
+
+
+def advice_strings(node):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key not in NOT_ADVICE:
+                yield from advice_strings(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from advice_strings(item)
+    elif isinstance(node, str):
+        yield node
+
+
+def advice_names():
+    """{flag or VLLM_ variable: the files whose advice names it}."""
+    texts = [(path, text) for path in ADVICE_FILES for text in advice_strings(yaml.safe_load(path.read_text()))]
+    for path in ADVICE_CODE:
+        texts += [(path, node.value) for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    names = {}
+    for path, text in texts:
+        for name in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]|\bVLLM_[A-Z0-9_]*[A-Z0-9]\b", text):
+            names.setdefault(name, set()).add(path.name)
+    return names
+
+
+def test_every_vllm_flag_and_variable_the_advice_names_is_in_both_releases():
+    # No advice depends on the release: whatever vLLM flag or variable it names, 0.32 and 0.33 both have.
+    assert set(VLLM_RELEASES) == {"0.32", "0.33"}
+    other = {flag for flags in OTHER_COMMANDS.values() for flag in flags}
+    names = advice_names()
+    assert {"--enforce-eager", "--gpu-memory-utilization", "VLLM_HOST_IP", "--node-ip-address"} <= set(names)
+    for name, where in sorted(names.items()):
+        if name in other or name in OWN_VARIABLES:
+            continue
+        key = "env" if name.startswith("VLLM_") else "flags"
+        for release, captured in VLLM_RELEASES.items():
+            assert name in captured[key], f"{sorted(where)} name {name}, which vLLM {release} lacks"
+    assert not other - set(names), f"OTHER_COMMANDS lists what no advice names: {sorted(other - set(names))}"
+
+
+def test_no_advice_names_what_one_release_dropped_or_lacks():
+    # A flag or variable of vllm_versions' tables in the advice would be right for one release only: the advice would
+    # then have to follow the plan's vllm_version.
+    names = advice_names()
+    for pattern, _ in vllm_versions.REMOVED_ENV["0.33"]:
+        assert not [n for n in names if n == pattern or (pattern.endswith("*") and n.startswith(pattern[:-1]))]
+    tables = set(vllm_versions.NEW_FLAGS).union(*vllm_versions.DEPRECATED_FLAGS.values())
+    assert not {f"--{flag}" for flag in tables} & set(names)
+    for release, captured in VLLM_RELEASES.items():
+        assert not set(captured["deprecated_flags"]) & set(names), release
