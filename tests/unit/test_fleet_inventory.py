@@ -288,6 +288,8 @@ ROUTER_TEARDOWN_PLAY = "teardown.yml: Stop and remove the router"
 # The final vLLM stage: a deployment that rolls behind the router runs one server per batch (rolling=true).
 ROLLING_PLAY = "vllm.yml: Final stage: vLLM with the plan's argv"
 ROUTER_PLAY = "router.yml: The router on its hosts, in front of the plans' API servers"
+MONITORING_TEARDOWN_PLAYS = {"teardown.yml: Stop Prometheus with the last deployment it watches": "vllm_monitor",
+                             "teardown.yml: Stop node exporter with the last deployment": "vllm_nodes"}
 
 
 # plan.yml's first play: the controller either way; the test loads the collection's filters in the main process.
@@ -313,6 +315,10 @@ def test_every_play_over_the_nodes_runs_one_batch_per_deployment():
             name = f"{path.name}: {one_play.get('name')}"
             if name == ROUTER_TEARDOWN_PLAY:  # the router's hosts, only when every deployment goes down
                 assert "vllm_router" in hosts and "vllm_cluster_deployments" in hosts and "serial" not in one_play
+                continue
+            if name in MONITORING_TEARDOWN_PLAYS:  # no run_once: only when every deployment goes down
+                assert MONITORING_TEARDOWN_PLAYS[name] in hosts and "vllm_cluster_deployments" in hosts, name
+                assert "serial" not in one_play, name
                 continue
             if path.name == "teardown.yml":  # per host, --limit works; it selects with meta: end_host
                 assert hosts == "vllm_nodes", name
