@@ -289,7 +289,9 @@ ROUTER_TEARDOWN_PLAY = "teardown.yml: Stop and remove the router"
 ROLLING_PLAY = "vllm.yml: Final stage: vLLM with the plan's argv"
 ROUTER_PLAY = "router.yml: The router on its hosts, in front of the plans' API servers"
 MONITORING_TEARDOWN_PLAYS = {"teardown.yml: Stop Prometheus with the last deployment it watches": "vllm_monitor",
-                             "teardown.yml: Stop node exporter with the last deployment": "vllm_nodes"}
+                             "teardown.yml: Stop node exporter with the last deployment": "vllm_nodes",
+                             "teardown.yml: Say how to drop the removed deployments from Prometheus's targets":
+                                 "localhost"}
 
 
 # plan.yml's first play: the controller either way; the test loads the collection's filters in the main process.
