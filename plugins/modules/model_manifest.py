@@ -1,0 +1,238 @@
+#!/usr/bin/python
+"""Ansible module model_manifest: build a model directory's manifest, or check the directory against one."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: model_manifest
+short_description: Build a model directory's manifest (size and sha256 per file), or verify a directory against it
+version_added: 0.7.0
+description:
+  - V(built) hashes every file under O(path) (the top-level C(.cache) and C(.git) directories are not the model)
+    and writes the manifest to O(manifest) - each file's relative path, size and sha256, sorted, and the
+    manifest's own digest, which covers only those, so the same bytes give the same digest on every node.
+  - With O(hub_sha256) (the hub's LFS sha256 per file), V(built) refuses bytes whose sha256 is not the hub's,
+    and a file the hub lists that O(path) lacks.
+  - V(verified) checks O(path) against the manifest at O(manifest) and fails when a file is missing, short,
+    long or corrupt, naming the node (O(node)), the file, both sizes and both digests. Files the manifest does
+    not list are returned in RV(extras) and fail only with O(fail_on_extra).
+  - O(size_only) makes V(verified) the cheap precheck - one stat per file, nothing read.
+  - Only reads the model; V(built) writes only O(manifest). Check mode reads and hashes as usual and writes
+    nothing (plugins/module_utils/model/manifest.py).
+options:
+  path:
+    description: The model directory.
+    type: path
+    required: true
+  manifest:
+    description: >-
+      The manifest file - written by V(built) (its parent directories created), read by V(verified). Inside
+      O(path), it is left out of the manifest.
+    type: path
+    required: true
+  state:
+    description: Build the manifest, or verify the directory against it.
+    type: str
+    choices: [built, verified]
+    default: verified
+  node:
+    description: The node's name in every message (pass C(inventory_hostname)); the host name when omitted.
+    type: str
+  hub_sha256:
+    description: The hub's LFS sha256 by relative path (V(built)); a file not in it is hashed without a reference.
+    type: dict
+    default: {}
+  size_only:
+    description: V(verified) compares sizes only (missing, short and long files; a corrupt byte is not seen).
+    type: bool
+    default: false
+  fail_on_extra:
+    description: V(verified) fails on files the manifest does not list too.
+    type: bool
+    default: false
+  workers:
+    description: Files hashed at once (threads; hashing runs outside Python's lock).
+    type: int
+    default: 4
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+author:
+  - vllm-cluster developers (@vllm-ops)
+"""
+
+EXAMPLES = r"""
+- name: Build the manifest where the model arrived first
+  vllm_ops.cluster.model_manifest:
+    state: built
+    path: /var/lib/vllm-cluster/models/llama-3.1-70b
+    manifest: /var/lib/vllm-cluster/models/llama-3.1-70b.manifest.json
+    node: "{{ inventory_hostname }}"
+  register: built
+
+- name: Check every node's copy before vLLM starts
+  vllm_ops.cluster.model_manifest:
+    state: verified
+    path: /var/lib/vllm-cluster/models/llama-3.1-70b
+    manifest: /var/lib/vllm-cluster/models/llama-3.1-70b.manifest.json
+    node: "{{ inventory_hostname }}"
+"""
+
+RETURN = r"""
+digest:
+  description: The manifest's digest (sha256 of its paths, sizes and sha256s).
+  returned: always
+  type: str
+  sample: 6f1c0b8e2d4a9f3e7c5b1a0d8e6f4c2a9b7d5e3f1a0c8b6d4e2f0a9c7b5d3e1f
+manifest:
+  description: The manifest file written or read.
+  returned: always
+  type: str
+files:
+  description: The number of files the manifest lists.
+  returned: always
+  type: int
+total_bytes:
+  description: The bytes of the files the manifest lists.
+  returned: always
+  type: int
+hub_checked:
+  description: The files whose sha256 matched the hub's (V(built)).
+  returned: when state is built
+  type: list
+  elements: str
+problems:
+  description: >-
+    The files missing, short, long or corrupt (V(verified)), each - kind, path, expected_size, found_size,
+    expected_sha256, found_sha256 (null where not read) and message.
+  returned: when state is verified
+  type: list
+  elements: dict
+  sample: [{"kind": "corrupt", "path": "model-00001-of-00030.safetensors", "expected_size": 4584408808,
+            "found_size": 4584408808, "expected_sha256": "0b1d...", "found_sha256": "9a7c...",
+            "message": "host node-b: model-00001-of-00030.safetensors: corrupt: expected ..."}]
+extras:
+  description: Files under O(path) the manifest does not list (V(verified); not looked for with O(size_only)).
+  returned: when state is verified
+  type: list
+  elements: dict
+checked_bytes:
+  description: The bytes read and hashed (V(verified); 0 with O(size_only)).
+  returned: when state is verified
+  type: int
+"""
+
+import json  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import tempfile  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.model.manifest import (  # noqa: E402
+    ManifestError,
+    build_manifest,
+    load_manifest,
+    size_problems,
+    verify_directory,
+)
+
+
+def read_manifest(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return load_manifest(handle.read())
+    except FileNotFoundError:
+        return None
+
+
+def write_manifest(path, document):
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, indent=1, sort_keys=True)
+            handle.write("\n")
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def summary(path, document):
+    return {"manifest": path, "digest": document["digest"], "files": len(document["files"]),
+            "total_bytes": document["total_bytes"]}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "manifest": {"type": "path", "required": True},
+            "state": {"type": "str", "choices": ["built", "verified"], "default": "verified"},
+            "node": {"type": "str"},
+            "hub_sha256": {"type": "dict", "default": {}},
+            "size_only": {"type": "bool", "default": False},
+            "fail_on_extra": {"type": "bool", "default": False},
+            "workers": {"type": "int", "default": 4},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    node = params["node"] or socket.gethostname()
+    root, manifest_path = os.path.abspath(params["path"]), os.path.abspath(params["manifest"])
+
+    if params["state"] == "built":
+        inside = os.path.relpath(manifest_path, root)
+        exclude = () if inside.startswith("..") else (inside.replace(os.sep, "/"),)
+        try:
+            document = build_manifest(root, node, hub_sha256=params["hub_sha256"], exclude=exclude,
+                                      workers=params["workers"])
+        except ManifestError as error:
+            module.fail_json(msg=str(error).replace("\n", "; "))
+        try:
+            previous = read_manifest(manifest_path)
+        except (ManifestError, OSError):
+            previous = None  # unreadable: written again
+        changed = previous != document
+        if changed and not module.check_mode:
+            try:
+                write_manifest(manifest_path, document)
+            except OSError as error:
+                module.fail_json(msg=f"host {node}: cannot write {manifest_path}: {error.strerror}")
+        module.exit_json(changed=changed, hub_checked=[entry["path"] for entry in document["files"] if entry["hub"]],
+                         **summary(manifest_path, document))
+
+    try:
+        document = read_manifest(manifest_path)
+    except (ManifestError, OSError) as error:
+        module.fail_json(msg=f"host {node}: the manifest {manifest_path}: {getattr(error, 'strerror', None) or error}")
+    if document is None:
+        module.fail_json(msg=f"host {node}: no manifest at {manifest_path}")
+    try:
+        if params["size_only"]:
+            result = {"problems": size_problems(root, document, node), "extras": [], "checked_bytes": 0}
+        else:
+            result = verify_directory(root, document, node, workers=params["workers"],
+                                      extras_are_problems=params["fail_on_extra"])
+    except ManifestError as error:
+        module.fail_json(msg=str(error))
+    outcome = dict(changed=False, **summary(manifest_path, document), **result)
+    if result["problems"]:
+        count = len(result["problems"])
+        module.fail_json(msg=f"{root} does not match the manifest {manifest_path} (digest {document['digest']}), "
+                             f"{count} problem{'' if count == 1 else 's'}: "
+                         + "; ".join(problem["message"] for problem in result["problems"]), **outcome)
+    module.exit_json(**outcome)
+
+
+if __name__ == "__main__":
+    main()
