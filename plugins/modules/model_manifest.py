@@ -10,8 +10,9 @@ short_description: Build a model directory's manifest (size and sha256 per file)
 version_added: 0.7.0
 description:
   - V(built) hashes every file under O(path) (the top-level C(.cache) and C(.git) directories are not the model)
-    and writes the manifest to O(manifest) - each file's relative path, size and sha256, sorted, and the
-    manifest's own digest, which covers only those, so the same bytes give the same digest on every node.
+    and returns the manifest in RV(document), written to O(manifest) too when given - each file's relative path,
+    size and sha256, sorted, and the manifest's own digest, which covers only those, so the same bytes give the
+    same digest on every node.
   - With O(hub_sha256) (the hub's LFS sha256 per file), V(built) refuses bytes whose sha256 is not the hub's,
     and a file the hub lists that O(path) lacks.
   - V(verified) checks O(path) against the manifest at O(manifest) and fails when a file is missing, short,
@@ -27,10 +28,9 @@ options:
     required: true
   manifest:
     description: >-
-      The manifest file - written by V(built) (its parent directories created), read by V(verified). Inside
-      O(path), it is left out of the manifest.
+      The manifest file - written by V(built) when given (its parent directories created), read by V(verified)
+      (required). Inside O(path), it is left out of the manifest.
     type: path
-    required: true
   state:
     description: Build the manifest, or verify the directory against it.
     type: str
@@ -92,9 +92,13 @@ digest:
   type: str
   sample: 6f1c0b8e2d4a9f3e7c5b1a0d8e6f4c2a9b7d5e3f1a0c8b6d4e2f0a9c7b5d3e1f
 manifest:
-  description: The manifest file written or read.
+  description: The manifest file written or read (null when V(built) was given none).
   returned: always
   type: str
+document:
+  description: The manifest itself - format, digest, total_bytes and files (path, size, sha256, hub).
+  returned: when state is built
+  type: dict
 files:
   description: The number of files the manifest lists.
   returned: always
@@ -176,7 +180,7 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
-            "manifest": {"type": "path", "required": True},
+            "manifest": {"type": "path"},
             "state": {"type": "str", "choices": ["built", "verified"], "default": "verified"},
             "node": {"type": "str"},
             "hub_sha256": {"type": "dict", "default": {}},
@@ -184,14 +188,16 @@ def main():
             "fail_on_extra": {"type": "bool", "default": False},
             "workers": {"type": "int", "default": 4},
         },
+        required_if=[("state", "verified", ("manifest",))],
         supports_check_mode=True,
     )
     params = module.params
     node = params["node"] or socket.gethostname()
-    root, manifest_path = os.path.abspath(params["path"]), os.path.abspath(params["manifest"])
+    root = os.path.abspath(params["path"])
+    manifest_path = os.path.abspath(params["manifest"]) if params["manifest"] else None
 
     if params["state"] == "built":
-        inside = os.path.relpath(manifest_path, root)
+        inside = os.path.relpath(manifest_path, root) if manifest_path else ".."
         exclude = () if inside.startswith("..") else (inside.replace(os.sep, "/"),)
         try:
             document = build_manifest(root, node, hub_sha256=params["hub_sha256"], exclude=exclude,
@@ -199,7 +205,7 @@ def main():
         except ManifestError as error:
             module.fail_json(msg=str(error).replace("\n", "; "))
         try:
-            previous = read_manifest(manifest_path)
+            previous = read_manifest(manifest_path) if manifest_path else document
         except (ManifestError, OSError):
             previous = None  # unreadable: written again
         changed = previous != document
@@ -209,7 +215,7 @@ def main():
             except OSError as error:
                 module.fail_json(msg=f"host {node}: cannot write {manifest_path}: {error.strerror}")
         module.exit_json(changed=changed, hub_checked=[entry["path"] for entry in document["files"] if entry["hub"]],
-                         **summary(manifest_path, document))
+                         document=document, **summary(manifest_path, document))
 
     try:
         document = read_manifest(manifest_path)
@@ -228,7 +234,7 @@ def main():
     outcome = dict(changed=False, **summary(manifest_path, document), **result)
     if result["problems"]:
         count = len(result["problems"])
-        module.fail_json(msg=f"{root} does not match the manifest {manifest_path} (digest {document['digest']}), "
+        module.fail_json(msg=f"host {node}: {root} does not match the manifest {manifest_path} (digest {document['digest']}), "
                              f"{count} problem{'' if count == 1 else 's'}: "
                          + "; ".join(problem["message"] for problem in result["problems"]), **outcome)
     module.exit_json(**outcome)
