@@ -210,6 +210,60 @@ def test_model_file_changed_is_restaged(lab):
     repaired(lab, "model file changed", check)
 
 
+SHARD = f"{MODEL_DIR}/model.safetensors"
+NODE_MANIFEST = "/etc/vllm-cluster/model-manifest.json"
+
+
+def flip_one_byte(lab, node, path):
+    """A corrupt shard of the same size (a bad disk, a copy cut and patched): only its sha256 tells."""
+    lab.ssh(node, f"printf X | dd of={path} bs=1 seek=100000 conv=notrunc status=none")
+
+
+def manifest_sha256(lab, node, name):
+    manifest = json.loads(lab.ssh(node, f"cat {NODE_MANIFEST}").stdout)
+    return next(entry["sha256"] for entry in manifest["files"] if entry["path"] == name)
+
+
+def test_weight_shard_corrupted_in_place_is_restaged(lab):
+    """Same size, one byte changed: the runtime stamp sees the shard changed, the copy from the controller puts
+    it back, and the node's copy is checked against the manifest before vLLM starts again."""
+    expected = manifest_sha256(lab, WORKER, "model.safetensors")
+    flip_one_byte(lab, WORKER, SHARD)
+    assert lab.ssh(WORKER, f"sha256sum {SHARD}").stdout.split()[0] != expected
+
+    def check():
+        now = lab.ssh(WORKER, f"sha256sum {SHARD}").stdout.split()[0]
+        return "" if now == expected else f"{SHARD} on {WORKER} has sha256 {now}, the manifest says {expected}"
+    out = repaired(lab, "weight shard corrupted", check)
+    assert "Check the node's copy of the model file by file against the manifest" in out, out[-3000:]
+
+
+def test_node_staged_shard_corrupted_is_refused_naming_node_file_and_digests(lab):
+    """A model the operator staged on the nodes (no controller source): the manifest is built from the first
+    node's copy and every other copy is checked against it; a corrupt shard on the worker stops deploy.yml
+    before vLLM starts, naming the node, the file and both digests. The operator's fix (staging from the
+    controller again) and the next deploy.yml is green."""
+    expected = manifest_sha256(lab, WORKER, "model.safetensors")
+    flip_one_byte(lab, WORKER, SHARD)
+    found = lab.ssh(WORKER, f"sha256sum {SHARD}").stdout.split()[0]
+    started = time.monotonic()
+    proc = lab.ansible_playbook("deploy.yml", "-e", "vllm_runtime_model_source=", check=False, timeout=2400)
+    seconds = time.monotonic() - started
+    TIMINGS["node-staged shard corrupted"] = {"outcome": "failed" if proc.returncode else "exit 0",
+                                              "seconds": round(seconds, 1)}
+    out = output_of(proc)
+    assert proc.returncode != 0, f"deploy.yml accepted a corrupt shard on {WORKER}:\n{out[-4000:]}"
+    assert seconds < FAIL_BOUND_S, f"deploy.yml took {seconds:.0f} s to refuse the shard (bound {FAIL_BOUND_S} s)"
+    failures = [line for line in out.splitlines() if line.startswith("fatal:")]
+    assert failures, out[-4000:]
+    first = failures[0]  # the head's own verify then misses the worker: a consequence, printed after
+    assert first.startswith(f"fatal: [{WORKER}]"), "\n".join(failures)[-4000:]
+    for word in (f"host {WORKER}: model.safetensors: corrupt", expected, found):
+        assert word in first, f"the refusal does not name {word!r}:\n{first[-4000:]}"
+    green_after_fix(lab, "node-staged shard corrupted")
+    assert lab.ssh(WORKER, f"sha256sum {SHARD}").stdout.split()[0] == expected
+
+
 def test_rule_dropping_the_controller_in_our_table_is_reloaded_away(lab):
     """A rule that drops only the controller's traffic: the nodes still reach each other (the network stage's
     probe passes); the firewall stamp sees the live table differ, and the stage loads it again."""
