@@ -19,6 +19,9 @@ description:
     long or corrupt, naming the node (O(node)), the file, both sizes and both digests. Files the manifest does
     not list are returned in RV(extras) and fail only with O(fail_on_extra).
   - O(size_only) makes V(verified) the cheap precheck - one stat per file, nothing read.
+  - V(room) checks, before anything is copied, that the filesystem that will hold O(path) has room for what
+    is still to fetch (the manifest's files not already present at full size) plus a margin, and fails naming
+    the node, the path, the need and the free space. The manifest comes from O(document) or O(manifest).
   - Only reads the model; V(built) writes only O(manifest). Check mode reads and hashes as usual and writes
     nothing (plugins/module_utils/model/manifest.py).
 options:
@@ -32,10 +35,21 @@ options:
       (required). Inside O(path), it is left out of the manifest.
     type: path
   state:
-    description: Build the manifest, or verify the directory against it.
+    description: Build the manifest, verify the directory against it, or check there is room to fetch it.
     type: str
-    choices: [built, verified]
+    choices: [built, verified, room]
     default: verified
+  document:
+    description: The manifest itself (a V(built) result's RV(document)), for V(room) instead of O(manifest).
+    type: dict
+  margin_fraction:
+    description: V(room) - the margin kept free, as a fraction of the model's size.
+    type: float
+    default: 0.05
+  margin_min_bytes:
+    description: V(room) - the smallest margin kept free, in bytes.
+    type: int
+    default: 2147483648
   node:
     description: The node's name in every message (pass C(inventory_hostname)); the host name when omitted.
     type: str
@@ -127,6 +141,14 @@ extras:
   returned: when state is verified
   type: list
   elements: dict
+free_bytes:
+  description: V(room) - the bytes free for an unprivileged user on the filesystem that will hold O(path).
+  returned: when state is room
+  type: int
+need_bytes:
+  description: V(room) - what is still to fetch plus the margin.
+  returned: when state is room
+  type: int
 checked_bytes:
   description: The bytes read and hashed (V(verified); 0 with O(size_only)).
   returned: when state is verified
@@ -142,9 +164,15 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.model.manifest import (  # noqa: E402
     ManifestError,
     build_manifest,
+    complete_bytes,
     load_manifest,
     size_problems,
     verify_directory,
+)
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.model.space import (  # noqa: E402
+    DEFAULT_MARGIN_FRACTION,
+    DEFAULT_MARGIN_MIN_BYTES,
+    space_check,
 )
 
 
@@ -176,19 +204,50 @@ def summary(path, document):
             "total_bytes": document["total_bytes"]}
 
 
+def free_bytes_under(path):
+    """Free bytes (for an unprivileged user) on the filesystem that holds path, or will: its nearest existing
+    parent's."""
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    info = os.statvfs(path)
+    return info.f_bavail * info.f_frsize
+
+
+def room(module, node, root, manifest_path):
+    params = module.params
+    try:
+        document = load_manifest(params["document"]) if params["document"] else read_manifest(manifest_path)
+    except (ManifestError, OSError) as error:
+        module.fail_json(msg=f"host {node}: the manifest: {getattr(error, 'strerror', None) or error}")
+    if document is None:
+        module.fail_json(msg=f"host {node}: no manifest at {manifest_path}")
+    present = complete_bytes(root, document) if os.path.isdir(root) else 0
+    try:
+        result = space_check(node, root, document["total_bytes"], free_bytes_under(root), present,
+                             margin_fraction=params["margin_fraction"], margin_min_bytes=params["margin_min_bytes"])
+    except (ValueError, OSError) as error:
+        module.fail_json(msg=f"host {node}: {root}: {error}")
+    if not result["fits"]:
+        module.fail_json(msg=result.pop("message"), **result)
+    module.exit_json(changed=False, msg=result.pop("message"), **result)
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
             "manifest": {"type": "path"},
-            "state": {"type": "str", "choices": ["built", "verified"], "default": "verified"},
+            "state": {"type": "str", "choices": ["built", "verified", "room"], "default": "verified"},
+            "document": {"type": "dict"},
+            "margin_fraction": {"type": "float", "default": DEFAULT_MARGIN_FRACTION},
+            "margin_min_bytes": {"type": "int", "default": DEFAULT_MARGIN_MIN_BYTES},
             "node": {"type": "str"},
             "hub_sha256": {"type": "dict", "default": {}},
             "size_only": {"type": "bool", "default": False},
             "fail_on_extra": {"type": "bool", "default": False},
             "workers": {"type": "int", "default": 4},
         },
-        required_if=[("state", "verified", ("manifest",))],
+        required_if=[("state", "verified", ("manifest",)), ("state", "room", ("manifest", "document"), True)],
         supports_check_mode=True,
     )
     params = module.params
@@ -216,6 +275,9 @@ def main():
                 module.fail_json(msg=f"host {node}: cannot write {manifest_path}: {error.strerror}")
         module.exit_json(changed=changed, hub_checked=[entry["path"] for entry in document["files"] if entry["hub"]],
                          document=document, **summary(manifest_path, document))
+
+    if params["state"] == "room":
+        room(module, node, root, manifest_path)
 
     try:
         document = read_manifest(manifest_path)

@@ -121,3 +121,45 @@ def test_through_ansible_on_the_nodes_python(model, tmp_path):
     failed = result["verify again"]
     assert failed["failed"] and [(p["kind"], p["path"]) for p in failed["problems"]] == [("short", "config.json")]
     assert "host localhost: config.json: short: expected 24 bytes" in failed["msg"]
+
+
+def test_built_without_a_manifest_file_returns_the_document_and_writes_nothing(model, tmp_path, monkeypatch, capsys):
+    failed, built = run_module(monkeypatch, capsys, state="built", path=str(model))
+    assert not failed and not built["changed"] and built["manifest"] is None
+    assert built["document"]["digest"] == built["digest"]
+    assert sorted(entry["path"] for entry in built["document"]["files"]) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(tmp_path)) == ["model"]
+
+
+def test_room_counts_only_what_is_still_to_fetch_and_refuses_naming_node_path_and_need(model, tmp_path,
+                                                                                       monkeypatch, capsys):
+    _, built = run_module(monkeypatch, capsys, state="built", path=str(model))
+    document = built["document"]
+    target = tmp_path / "nodes" / "srv" / "models" / "m"  # not there yet: its nearest parent's filesystem counts
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+
+    failed, fits = run_module(monkeypatch, capsys, state="room", path=str(target), document=document,
+                              margin_min_bytes=0)
+    assert not failed and fits["need_bytes"] == document["total_bytes"] + 2502  # 5 % of 50,024, rounded up
+    assert fits["free_bytes"] == pytest.approx(free, rel=0.01)
+
+    failed, refused = run_module(monkeypatch, capsys, state="room", path=str(target), document=document,
+                                 margin_min_bytes=free + 1)
+    assert failed and not refused["fits"] and refused["free_bytes"] < refused["need_bytes"]
+    assert refused["msg"].startswith(f"host {NODE}: {target} needs ") and "before any download" in refused["msg"]
+
+    # A complete copy needs no room, however small the disk.
+    failed, complete = run_module(monkeypatch, capsys, state="room", path=str(model), document=document,
+                                  margin_min_bytes=free + 1)
+    assert not failed and complete["remaining_bytes"] == 0 and "nothing to fetch" in complete["msg"]
+
+
+def test_room_reads_a_manifest_file_and_refuses_without_one(model, tmp_path, monkeypatch, capsys):
+    manifest = tmp_path / "m.json"
+    run_module(monkeypatch, capsys, state="built", path=str(model), manifest=str(manifest))
+    failed, fits = run_module(monkeypatch, capsys, state="room", path=str(tmp_path / "new"), manifest=str(manifest),
+                              margin_min_bytes=0)
+    assert not failed and fits["remaining_bytes"] == 50_024
+    failed, missing = run_module(monkeypatch, capsys, state="room", path=str(tmp_path / "new"),
+                                 manifest=str(tmp_path / "absent.json"))
+    assert failed and missing["msg"] == f"host {NODE}: no manifest at {tmp_path / 'absent.json'}"

@@ -55,3 +55,11 @@ def test_a_complete_model_fits_on_a_full_disk():
 def test_impossible_inputs_are_refused(given, message):
     with pytest.raises(ValueError, match=message):
         space.space_check("n", PATH, **{"total_bytes": 10, "free_bytes": 10, **given})
+
+
+def test_sizes_below_one_gib_read_in_mib():
+    result = space.space_check("node2", "/srv/models/tiny", 1_470_989, 1_048_576, margin_min_bytes=2 * 1024 ** 3)
+    assert not result["fits"]
+    assert result["message"] == (
+        "host node2: /srv/models/tiny needs 2.00 GiB (the model's 1.4 MiB, plus a margin of 2.00 GiB) and its "
+        "filesystem has 1.0 MiB free: 2.00 GiB short, before any download")

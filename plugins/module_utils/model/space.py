@@ -17,6 +17,9 @@ DEFAULT_MARGIN_MIN_BYTES = 2 * GIB
 
 
 def gib(count: int) -> str:
+    """Bytes as GiB, or as MiB below 1 GiB (a small model or a nearly full disk still reads as a number)."""
+    if count < GIB:
+        return f"{count / 1024 ** 2:.1f} MiB"
     return f"{count / GIB:.2f} GiB"
 
 
