@@ -238,6 +238,7 @@ def test_weight_shard_corrupted_in_place_is_restaged(lab):
     assert "Check the node's copy of the model file by file against the manifest" in out, out[-3000:]
 
 
+@pytest.mark.lab_extended  # a refusal, the fix, then green: two runs, outside CI's budget
 def test_node_staged_shard_corrupted_is_refused_naming_node_file_and_digests(lab):
     """A model the operator staged on the nodes (no controller source): the manifest is built from the first
     node's copy and every other copy is checked against it; a corrupt shard on the worker stops deploy.yml
@@ -262,6 +263,20 @@ def test_node_staged_shard_corrupted_is_refused_naming_node_file_and_digests(lab
         assert word in first, f"the refusal does not name {word!r}:\n{first[-4000:]}"
     green_after_fix(lab, "node-staged shard corrupted")
     assert lab.ssh(WORKER, f"sha256sum {SHARD}").stdout.split()[0] == expected
+
+
+@pytest.mark.lab_extended  # a refusal, the fix, then green: two runs, outside CI's budget
+def test_node_without_room_for_the_model_is_refused_before_any_copy_then_green_after_it_is_freed(lab):
+    """The worker's model directory on a filesystem of 1 MiB (the shard alone is 1.4 MB): the room check,
+    against the manifest built on the controller, refuses before anything is copied, naming the node, the path
+    and the need; the operator frees the disk, and the next deploy.yml is green."""
+    lab.ssh(WORKER, f"mount -t tmpfs -o size=1m tmpfs {MODEL_DIR}")
+    try:
+        failed_clearly(lab, "no room for the model", WORKER, [f"{MODEL_DIR} needs", "before any download"])
+        assert lab.ssh(WORKER, f"ls -A {MODEL_DIR}").stdout.strip() == "", "something was copied to the full disk"
+    finally:
+        lab.ssh(WORKER, f"umount --lazy {MODEL_DIR}", check=False)  # the operator's fix
+    green_after_fix(lab, "no room for the model")
 
 
 def test_rule_dropping_the_controller_in_our_table_is_reloaded_away(lab):
