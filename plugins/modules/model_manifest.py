@@ -161,6 +161,7 @@ import socket  # noqa: E402
 import tempfile  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy.host_state import free_space  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.model.manifest import (  # noqa: E402
     ManifestError,
     build_manifest,
@@ -204,15 +205,6 @@ def summary(path, document):
             "total_bytes": document["total_bytes"]}
 
 
-def free_bytes_under(path):
-    """Free bytes (for an unprivileged user) on the filesystem that holds path, or will: its nearest existing
-    parent's."""
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    info = os.statvfs(path)
-    return info.f_bavail * info.f_frsize
-
-
 def room(module, node, root, manifest_path):
     params = module.params
     try:
@@ -223,7 +215,7 @@ def room(module, node, root, manifest_path):
         module.fail_json(msg=f"host {node}: no manifest at {manifest_path}")
     present = complete_bytes(root, document) if os.path.isdir(root) else 0
     try:
-        result = space_check(node, root, document["total_bytes"], free_bytes_under(root), present,
+        result = space_check(node, root, document["total_bytes"], free_space(root)["free_bytes"], present,
                              margin_fraction=params["margin_fraction"], margin_min_bytes=params["margin_min_bytes"])
     except (ValueError, OSError) as error:
         module.fail_json(msg=f"host {node}: {root}: {error}")
