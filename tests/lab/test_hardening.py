@@ -249,6 +249,77 @@ def test_api_requires_the_key(deployed):
     assert lab.api_key not in lab.ssh("node1", "systemctl cat vllm.service").stdout
 
 
+# Every route the running vLLM registers, read from vLLM's own app in the head's runtime (the plan's argv parsed by
+# vLLM's parser, the app built as `vllm serve` builds it, without an engine): "METHOD PATH" lines.
+ROUTES_OF_THE_NODES_VLLM = r"""
+import json, sys
+from vllm.entrypoints.launchers.app import build_app
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+plan = json.load(open("/etc/vllm-cluster/plan.json"))
+argv = next(node["argv"] for node in plan["nodes"] if node["host"] == sys.argv[1])
+args = make_arg_parser(FlexibleArgumentParser()).parse_args(["--model", *argv[2:]])  # `vllm serve MODEL ...`
+for route in build_app(args, ("generate",)).routes:
+    for method in sorted(getattr(route, "methods", None) or ["GET"]):
+        print(method, route.path)
+"""
+
+
+def routes_of_the_running_vllm(lab, node: str) -> list[tuple[str, str]]:
+    # PYTHONPATH: where vllm_service installs the guard that the argv's --middleware names, as the unit sets it.
+    out = lab.ssh(node, f"PYTHONPATH=/usr/local/lib/vllm-cluster/python /opt/vllm-cluster/venv/bin/python - {node} "
+                        f"<<'EOF'\n"
+                        f"{ROUTES_OF_THE_NODES_VLLM}\nEOF", timeout=300).stdout
+    routes = [tuple(line.split(" ", 1)) for line in out.splitlines() if re.match(r"^[A-Z]+ /", line)]
+    return [(method, re.sub(r"\{[^}]+\}", "x", path)) for method, path in routes if method != "HEAD"]
+
+
+def status_of(method: str, url: str, key: str | None) -> int | str:
+    request = urllib.request.Request(url, data=b"{}" if method in ("POST", "PUT", "PATCH") else None, method=method)
+    request.add_header("Content-Type", "application/json")
+    if key is not None:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+        return f"refused ({error})"
+
+
+@extended  # opt-in (vllm_cluster_api_guard): one restart to turn it on, one to turn it off
+def test_with_the_api_guard_only_health_answers_a_client_without_the_key(deployed):
+    """Every route of the head's vLLM, from the controller (a client), with no key and with a wrong key: only
+    /health answers; /metrics answers the node itself, not a client; the key still opens the rest. Fails when a
+    route of vLLM answers without the key (the guard not loaded, or a route it lets through)."""
+    lab = deployed
+    without = routes_of_the_running_vllm(lab, "node1")
+    assert ("POST", "/tokenize") in without and ("GET", "/metrics") in without, without
+    try:
+        lab.ansible_playbook("deploy.yml", "-e", "vllm_cluster_api_guard=true", timeout=2400)
+        routes = routes_of_the_running_vllm(lab, "node1")
+        assert ("POST", "/is_scaling_elastic_ep") in routes, routes
+        table = {(method, path): (status_of(method, api_url(lab, path), None),
+                                  status_of(method, api_url(lab, path), "not-the-key")) for method, path in routes}
+        print("\nroute                                   no key  wrong key")
+        for (method, path), (none, wrong) in table.items():
+            print(f"{method:6} {path:32} {none!s:>6}  {wrong!s:>9}")
+        answered = sorted(route for route, statuses in table.items()
+                          if any(status not in (401, 403) for status in statuses))
+        assert answered == [("GET", "/health")], table
+        assert table[("POST", "/is_scaling_elastic_ep")] == (403, 403)
+        assert status_of("POST", api_url(lab, "/is_scaling_elastic_ep"), lab.api_key) == 403
+        assert status_of("POST", api_url(lab, "/tokenize"), lab.api_key) not in (401, 403)
+        assert completion(lab, lab.api_key)[0] == 200
+        on_node = lab.ssh("node1", f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{API_PORT}/metrics",
+                          check=False).stdout.strip()
+        assert on_node == "200", on_node
+    finally:
+        lab.ansible_playbook("deploy.yml", timeout=2400)
+    assert status_of("POST", api_url(lab, "/tokenize"), None) not in (401, 403)  # vLLM's own key: /v1 only
+
+
 def test_internal_ports_only_from_the_cluster_api_from_outside(deployed):
     lab = deployed
     head_mgmt, head_fabric = lab.management_address("node1"), lab.fabric_address("node1")

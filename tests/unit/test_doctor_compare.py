@@ -260,7 +260,7 @@ def test_a_drop_in_with_an_environment_override_on_one_node_is_named_with_its_se
     top = top_fault(report)
     assert (top["id"], top["nodes"]) == ("unit_overridden", ["node2"])
     assert f"node2: vllm.service carries {path} [Environment=NCCL_P2P_DISABLE=1]" in evidence_text(top)
-    assert "NCCL_P2P_DISABLE=1 (beyond the template's HOME, TMPDIR)" in evidence_text(top)
+    assert "NCCL_P2P_DISABLE=1 (beyond the template's HOME, TMPDIR, PYTHONPATH" in evidence_text(top)
     assert f"remove the drop-in ({path}" in top["fix"]
     assert_filled(report)
 

@@ -39,7 +39,8 @@ STATE_NAMES = {"T": "stopped", "t": "stopped by a debugger (tracing stop)", "Z":
 # States a single reading does not prove: the gatherer reads them again (samples) and all readings must agree.
 SAMPLED_STATES = ("D", "Z")
 # The Environment= variables the vLLM unit's template sets (roles/vllm_service/templates/vllm.service.j2).
-TEMPLATE_ENVIRONMENT = {VLLM_UNIT: ["HOME", "TMPDIR"]}
+TEMPLATE_ENVIRONMENT = {VLLM_UNIT: ["HOME", "TMPDIR",  # and, with the plan's API guard, its three
+                                    "PYTHONPATH", "API_GUARD_OPEN_PATHS", "API_GUARD_METRICS_FROM"]}
 _SIZE = re.compile(r"^(\d+)([KMGTPE]?)$")
 
 

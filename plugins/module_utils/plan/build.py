@@ -73,6 +73,7 @@ def plan(request):
         "enforce_eager": inputs.enforce_eager,
         "kv_cache_dtype": inputs.kv_cache_dtype,
         "allow_tp_across_nodes": inputs.allow_tp_across_nodes,
+        "api_guard": inputs.api_guard,
         "serve_args": inputs.serve_args,
         "world_size": cand.world,
         "nodes_used": cand.nnodes,
@@ -152,6 +153,7 @@ def build_plan(
     kv_cache_dtype=None,
     enable_eplb=None,
     api_host=None,
+    api_guard=False,
     serve_args=None,
     vllm_version=VLLM_VERSION,
 ):

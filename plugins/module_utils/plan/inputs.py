@@ -249,6 +249,8 @@ def prepare(request):
     if api_host is not None and (not isinstance(api_host, str) or not api_host or any(c.isspace() for c in api_host)):
         raise PlanError(f"{request.label('api_host')} must be an address to bind, got {api_host!r}")
     inputs.api_host = api_host
+    api_guard = request.get("api_guard")
+    inputs.api_guard = False if api_guard is None else boolean(api_guard, request.label("api_guard"))
 
     overrides = mapping(request.section("overrides"), "overrides", ("tp", "pp", "dp", "ep", "backend"))
     try:

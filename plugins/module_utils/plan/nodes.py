@@ -17,6 +17,10 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.parsers.text impo
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan import serve_args
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks import PlanError
 
+# vllm-cluster's guard on every route of the API server (roles/vllm_service/files/vllm_cluster_api_guard.py,
+# shipped by the vllm_service role): vLLM's own key covers only /v1, /v2, /inference and /cohere.
+API_GUARD_MIDDLEWARE = "vllm_cluster_api_guard.ApiGuard"
+
 
 def rank_table(inputs, cand):
     """One row per worker: where it runs and what vLLM's log lines will say about it."""
@@ -119,6 +123,8 @@ def serve_argv(inputs, cand, node_rank, head_address):
         argv += ["--load-format", inputs.load_format]
     if inputs.kv_cache_dtype != "auto":
         argv += ["--kv-cache-dtype", inputs.kv_cache_dtype]
+    if inputs.api_guard:
+        argv += ["--middleware", API_GUARD_MIDDLEWARE]
     argv += serve_args.served_argv(inputs) + serve_args.argv(inputs)
     if independent and "shutdown-timeout" not in inputs.serve_passthrough:
         # A rolling change stops one of them at a time behind the router: its requests in flight finish first.

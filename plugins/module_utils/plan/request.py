@@ -96,6 +96,9 @@ INPUTS = (
     Input("enable_eplb", "vllm_cluster_enable_eplb", "--enable-eplb", "bool",
           "EPLB with expert parallel (default: on when the experts split evenly)"),
     Input("api_host", "vllm_cluster_api_host", "--api-host", "text", "address vLLM's API binds (vllm serve --host)"),
+    Input("api_guard", "vllm_cluster_api_guard", "--api-guard", "bool",
+          "vllm-cluster's guard on every route of vLLM's API server (vllm serve --middleware; docs/security.md)",
+          default=False),
     Input("serve_args", "vllm_cluster_serve_args", "--serve-arg", "serve_args",
           "vLLM's own flags: a mapping of flag names without dashes to values (CLI: KEY=VALUE, repeatable); "
           "the memory ones feed the planner, the plan's own are refused (docs/planner.md)"),
@@ -108,7 +111,7 @@ SECTIONS = ("targets", "overrides")
 REQUEST_KEYS = ("model", "cluster", "targets", "overrides", "device", "ports", "deployment", "model_path",
                 "allow_tp_across_nodes", "cpu_kvcache_space_gib", "cpu_cores_per_node", "cpu_ray_support",
                 "enforce_eager",
-                "load_format", "kv_cache_dtype", "enable_eplb", "api_host", "serve_args", "vllm_version")
+                "load_format", "kv_cache_dtype", "enable_eplb", "api_host", "api_guard", "serve_args", "vllm_version")
 #: Every inventory variable the plan reads.
 VARIABLES = tuple(spec.variable for spec in INPUTS if spec.variable)
 
