@@ -480,3 +480,54 @@ def test_the_catalogs_log_rules_read_the_daemons_logs_not_the_workers():
     assert "port_in_use" not in [f["id"] for f in diagnose(CATALOG, evidence)["findings"]]
     evidence["nodes"]["node2"]["gather"]["ray_logs"] = log_evidence(excerpt, "raylet.err")
     assert "port_in_use" in [f["id"] for f in diagnose(CATALOG, evidence)["findings"]]
+
+
+# --- token authentication (Ray 2.59+): a stray token file turns it on where RAY_AUTH_MODE is unset ---------------
+
+def head_journal(evidence, case):
+    evidence = copy.deepcopy(evidence)
+    evidence["nodes"]["node1"]["gather"]["journal"]["ray-head.service"] = lines(case, "ray-head.journal.txt")
+    return evidence
+
+
+def local_ip_lines_left_out(evidence):
+    """Both captures ran on one machine: its "Local node IP" is neither planned node's address, which is another
+    finding (vllm_host_ip_mismatch, tested above); here only the authentication lines speak."""
+    for node in ("node1", "node2"):
+        journal = evidence["nodes"][node]["gather"]["journal"]
+        for unit in ("ray-head.service", "ray-worker.service"):
+            if unit in journal:
+                journal[unit] = [line for line in journal[unit] if "Local node IP" not in line]
+    return evidence
+
+
+def test_a_head_that_turned_token_auth_on_by_itself_is_named_before_the_worker_it_refused():
+    evidence = local_ip_lines_left_out(with_ray_failure(head_journal(ray_cluster(), "auth-head-token-file-mode-unset"),
+                                                       "node2", "auth-worker-without-token", ["ray-worker.journal.txt"]))
+    report = diagnose(CATALOG, evidence)
+    first = report["findings"][0]
+    assert (first["id"], first["nodes"]) == ("ray_auth_enabled_by_token_file", ["node1"]), report["findings"]
+    assert [f["id"] for f in report["findings"][:3]] == ["ray_auth_enabled_by_token_file", "ray_auth_token_rejected",
+                                                        "ray_node_missing"], report["findings"]
+    assert "/var/lib/vllm-cluster" in first["fix"] and "RAY_AUTH_MODE=disabled" in first["fix"]
+    rejected = finding(report, "ray_auth_token_rejected")
+    assert rejected["nodes"] == ["node2"] and "disabled" in rejected["cause"]
+
+
+def test_a_worker_with_another_token_is_named_with_the_mode_ray_reports():
+    evidence = local_ip_lines_left_out(with_ray_failure(head_journal(ray_cluster(), "auth-head-mode-token"), "node2",
+                                                       "auth-worker-wrong-token", ["ray-worker.journal.txt"]))
+    report = diagnose(CATALOG, evidence)
+    first = report["findings"][0]
+    assert (first["id"], first["nodes"]) == ("ray_auth_token_rejected", ["node2"]), report["findings"]
+    assert "as Ray reports it: token" in first["cause"]
+    assert "ray_auth_enabled_by_token_file" not in [f["id"] for f in report["findings"]]
+    # without the signature the worker's failure is only a node missing from the head's list
+    assert diagnose(without({"ray_auth_token_rejected"}), evidence)["findings"][0]["id"] != "ray_auth_token_rejected"
+
+
+@pytest.mark.parametrize("case", ["auth-head-mode-disabled-token-file", "auth-head-mode-token"])
+def test_a_head_whose_mode_is_pinned_gives_no_auth_finding(case):
+    # What keeps a stray token file from splitting the cluster: the mode set explicitly (Ray then says nothing).
+    report = diagnose(CATALOG, local_ip_lines_left_out(head_journal(ray_cluster(), case)))
+    assert report["faults"] == 0, [f["id"] for f in report["findings"]]
