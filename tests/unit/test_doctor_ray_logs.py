@@ -236,9 +236,8 @@ def test_a_node_ip_no_raylet_matches_is_named_from_rays_warning():
 
 def test_a_worker_that_cannot_reach_the_gcs_names_the_address_it_dialed():
     # the worker's own "Local node IP" line is left out: the capture ran the worker where it dialed
-    evidence = with_ray_failure(ray_cluster(), "node2", "worker-gcs-unreachable", ["ray-worker.journal.txt"])
-    journal = evidence["nodes"]["node2"]["gather"]["journal"]
-    journal["ray-worker.service"] = [line for line in journal["ray-worker.service"] if "Local node IP" not in line]
+    evidence = local_ip_lines_left_out(with_ray_failure(ray_cluster(), "node2", "worker-gcs-unreachable",
+                                                        ["ray-worker.journal.txt"]))
     report = diagnose(CATALOG, evidence)
     # the head's node list says node2 is missing; the worker's log says where it looked for the head
     assert [(f["id"], f["nodes"]) for f in report["findings"][:2]] == [("ray_node_missing", ["node2"]),
@@ -491,8 +490,8 @@ def head_journal(evidence, case):
 
 
 def local_ip_lines_left_out(evidence):
-    """Both captures ran on one machine: its "Local node IP" is neither planned node's address, which is another
-    finding (vllm_host_ip_mismatch, tested above); here only the authentication lines speak."""
+    """The captures ran on one machine: its "Local node IP" is neither planned node's address, which is another
+    finding (vllm_host_ip_mismatch, tested above); without it only the lines under test speak."""
     for node in ("node1", "node2"):
         journal = evidence["nodes"][node]["gather"]["journal"]
         for unit in ("ray-head.service", "ray-worker.service"):
