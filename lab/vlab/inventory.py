@@ -87,6 +87,7 @@ def write(spec: LabSpec) -> Path:
         if stale.stem not in spec.node_names and _ours(stale):
             stale.unlink()
     _write_api_key(inventory)
+    _write_ray_auth_token(inventory)
     _link_group_vars(spec)
     return inventory
 
@@ -104,6 +105,21 @@ def _write_api_key(inventory: Path) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(secrets.token_urlsafe(32) + "\n")
+
+
+def ray_auth_token_path(inventory: Path) -> Path:
+    return inventory / "secrets" / "ray-auth-token"
+
+
+def _write_ray_auth_token(inventory: Path) -> None:
+    """The lab's Ray token (Ray's own format: 64 hex characters), made once per lab, mode 0600."""
+    path = ray_auth_token_path(inventory)
+    if path.exists():
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(32) + "\n")
 
 
 def _link_group_vars(spec: LabSpec) -> None:

@@ -19,17 +19,22 @@ from __future__ import annotations
 
 import json
 import re
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.ray_auth import ray_auth_section
 
 # Outside CI's time budget: scripts/test --extended runs it (docs/lab.md).
 pytestmark = [pytest.mark.lab_extended, pytest.mark.lab, pytest.mark.timeout(7200)]
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = "/opt/vllm-cluster/venv"
-RAY = f"{VENV}/bin/ray"
+# The roles' Ray authentication (token by default): a `ray` command run as root reads the node's token file.
+RAY_CLI_ENV = " ".join(f"{name}={value}" for name, value in ray_auth_section("token")["environment"].items())
+RAY = f"{RAY_CLI_ENV} {VENV}/bin/ray"
 SERVED_NAME = "lab-tiny-llama"  # the lab's vllm_cluster_deployment
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 # JSON: -e key=value would pass strings, and the planner takes sizes and switches only typed.
@@ -134,6 +139,73 @@ def test_two_node_tp2_over_ray(lab, ray_tp2):
 
 def test_two_node_tp2_over_ray_second_run_changes_nothing(lab, ray_tp2):
     check_second_run_changes_nothing(lab, RAY_TP2)
+
+
+STRAY_TOKEN = "/var/lib/vllm-cluster/.ray/auth_token"  # what a local ray.init() of the service user leaves
+
+
+def wait_until(what: str, predicate, timeout: float, every: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if predicate():
+                return
+        except (OSError, ValueError, urllib.error.URLError):
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(every)
+
+
+def both_nodes_serve(lab) -> bool:
+    expected = {lab.fabric_address("node1"): 1.0, lab.fabric_address("node2"): 1.0}
+    return ray_gpus_by_address(lab) == expected and complete(lab, "node1")["usage"]["completion_tokens"] == 4
+
+
+def journal_since(lab, node: str, unit: str, since: str) -> str:
+    return lab.ssh(node, f"journalctl -u {unit} --since @{since} --no-pager -o cat", check=False).stdout
+
+
+def test_a_stray_token_file_on_the_head_does_not_split_the_cluster(lab, ray_tp2):
+    """Ray 2.59+ with RAY_AUTH_MODE unset would turn authentication on from this file alone and refuse node2; the
+    roles pin the mode, so the head and the worker restart into one cluster and vLLM serves again."""
+    since = lab.ssh("node1", "date +%s").stdout.strip()
+    lab.ssh("node1", f"install -d -o vllm -g vllm -m 0700 {Path(STRAY_TOKEN).parent} && "
+                     f"od -An -N32 -tx1 /dev/urandom | tr -d ' \\n' > {STRAY_TOKEN} && "
+                     f"chown vllm:vllm {STRAY_TOKEN} && chmod 0600 {STRAY_TOKEN}")
+    try:
+        lab.ssh("node1", "systemctl restart ray-head.service")  # vLLM follows its head (PartOf)
+        lab.ssh("node2", "systemctl restart ray-worker.service")
+        wait_until("both Ray nodes ALIVE and a completion from vLLM", lambda: both_nodes_serve(lab), timeout=900)
+        assert "Token authentication is enabled" not in journal_since(lab, "node1", "ray-head.service", since)
+        assert "InvalidAuthToken" not in journal_since(lab, "node2", "ray-worker.service", since)
+    finally:
+        lab.ssh("node1", f"rm -f {STRAY_TOKEN}")
+
+
+def test_a_wrong_token_on_one_node_fails_the_deploy_naming_it_and_the_doctor_names_it(lab, ray_tp2, tmp_path):
+    """An operator's slip: node2's host variables give it another token. The deploy writes it, node2's worker is
+    refused, and the ray stage fails with the doctor's finding on node2; doctor.yml names it too. The next
+    deploy.yml without the slip is green."""
+    overlay = tmp_path / "wrong-token.yml"
+    overlay.write_text(json.dumps({"all": {"hosts": {"node2": {"ray_cluster_auth_token": "0" * 64}}}}))
+    failed = lab.ansible_playbook("deploy.yml", *RAY_TP2, "-e", "ray_cluster_wait_timeout=120", "-i", str(overlay),
+                                  check=False, timeout=1500)
+    out = failed.stdout + failed.stderr
+    assert failed.returncode != 0, out[-4000:]
+    failures = "\n".join(line for line in out.splitlines() if line.startswith(("fatal:", "failed:")))
+    assert "node2" in failures and "token" in failures.lower(), failures[-4000:]
+    assert "0" * 64 not in out  # the token itself is never printed
+
+    results = tmp_path / "doctor"
+    doctor = lab.ansible_playbook("playbooks/doctor.yml", *RAY_TP2, "-i", str(overlay), "-e",
+                                  f"doctor_results_dir={results}", check=False, timeout=900)
+    report = json.loads((results / SERVED_NAME / "doctor.json").read_text())
+    rejected = [f for f in report["findings"] if f["id"] == "ray_auth_token_rejected"]
+    assert rejected and rejected[0]["nodes"] == ["node2"], (doctor.stdout[-3000:], report["findings"])
+
+    lab.ansible_playbook("deploy.yml", *RAY_TP2, timeout=1500)
+    wait_until("both Ray nodes ALIVE and a completion from vLLM", lambda: both_nodes_serve(lab), timeout=600)
 
 
 @pytest.fixture(scope="module")

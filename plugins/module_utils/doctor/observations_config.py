@@ -40,7 +40,9 @@ STATE_NAMES = {"T": "stopped", "t": "stopped by a debugger (tracing stop)", "Z":
 SAMPLED_STATES = ("D", "Z")
 # The Environment= variables the vLLM unit's template sets (roles/vllm_service/templates/vllm.service.j2).
 TEMPLATE_ENVIRONMENT = {VLLM_UNIT: ["HOME", "TMPDIR",  # and, with the plan's API guard, its three
-                                    "PYTHONPATH", "API_GUARD_OPEN_PATHS", "API_GUARD_METRICS_FROM"]}
+                                    "PYTHONPATH", "API_GUARD_OPEN_PATHS", "API_GUARD_METRICS_FROM",
+                                    # on Ray, Ray's authentication (the plan's ray_auth)
+                                    "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"]}
 _SIZE = re.compile(r"^(\d+)([KMGTPE]?)$")
 
 

@@ -34,6 +34,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.nodes import
     layout_nodes,
     rank_table,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.ray_auth import ray_auth_section
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.request import VLLM_VERSION, PlanRequest
 
 __all__ = ["PLAN_VERSION", "VLLM_VERSION", "PlanError", "PlanRequest", "build_plan", "coerce_text_inputs",
@@ -74,6 +75,7 @@ def plan(request):
         "kv_cache_dtype": inputs.kv_cache_dtype,
         "allow_tp_across_nodes": inputs.allow_tp_across_nodes,
         "api_guard": inputs.api_guard,
+        "ray_auth": ray_auth_section(inputs.ray_auth),
         "serve_args": inputs.serve_args,
         "world_size": cand.world,
         "nodes_used": cand.nnodes,
@@ -154,6 +156,7 @@ def build_plan(
     enable_eplb=None,
     api_host=None,
     api_guard=False,
+    ray_auth="token",
     serve_args=None,
     vllm_version=VLLM_VERSION,
 ):

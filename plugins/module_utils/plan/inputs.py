@@ -33,6 +33,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.network_env 
     NetworkEnvError,
     network_env,
 )
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.ray_auth import RAY_AUTH_MODES
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.request import DEVICES, LOAD_FORMATS
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.32/0.33 default
@@ -251,6 +252,10 @@ def prepare(request):
     inputs.api_host = api_host
     api_guard = request.get("api_guard")
     inputs.api_guard = False if api_guard is None else boolean(api_guard, request.label("api_guard"))
+    ray_auth_mode = "token" if request.get("ray_auth") is None else request.get("ray_auth")
+    if ray_auth_mode not in RAY_AUTH_MODES:
+        raise PlanError(f"{request.label('ray_auth')} must be one of {list(RAY_AUTH_MODES)}, got {ray_auth_mode!r}")
+    inputs.ray_auth = ray_auth_mode
 
     overrides = mapping(request.section("overrides"), "overrides", ("tp", "pp", "dp", "ep", "backend"))
     try:

