@@ -98,13 +98,7 @@ def api_key_path(inventory: Path) -> Path:
 
 def _write_api_key(inventory: Path) -> None:
     """The lab's vLLM API key (production keeps it in Vault): made once per lab, mode 0600."""
-    path = api_key_path(inventory)
-    if path.exists():
-        return
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(secrets.token_urlsafe(32) + "\n")
+    _write_secret_once(api_key_path(inventory), secrets.token_urlsafe(32))
 
 
 def ray_auth_token_path(inventory: Path) -> Path:
@@ -113,13 +107,17 @@ def ray_auth_token_path(inventory: Path) -> Path:
 
 def _write_ray_auth_token(inventory: Path) -> None:
     """The lab's Ray token (Ray's own format: 64 hex characters), made once per lab, mode 0600."""
-    path = ray_auth_token_path(inventory)
+    _write_secret_once(ray_auth_token_path(inventory), secrets.token_hex(32))
+
+
+def _write_secret_once(path: Path, value: str) -> None:
+    """``value`` into a new file of mode 0600 under a 0700 directory; an existing file is kept."""
     if path.exists():
         return
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
-        handle.write(secrets.token_hex(32) + "\n")
+        handle.write(value + "\n")
 
 
 def _link_group_vars(spec: LabSpec) -> None:
