@@ -525,6 +525,19 @@ def test_a_worker_with_another_token_is_named_with_the_mode_ray_reports():
     assert diagnose(without({"ray_auth_token_rejected"}), evidence)["findings"][0]["id"] != "ray_auth_token_rejected"
 
 
+def test_a_worker_still_retrying_with_another_token_is_named_before_ray_gives_up():
+    """The roles' worker on the lab, seconds into a start with another token than the head's: `ray start` retries
+    the GCS once a second and its line has no period yet (the AuthenticationError comes after 60 s)."""
+    evidence = local_ip_lines_left_out(with_ray_failure(head_journal(ray_cluster(), "auth-head-mode-token"), "node2",
+                                                       "auth-worker-wrong-token-retrying", ["ray-worker.journal.txt"]))
+    assert not any("incorrect." in line for line in evidence["nodes"]["node2"]["gather"]["journal"]["ray-worker.service"])
+    report = diagnose(CATALOG, evidence)
+    first = report["findings"][0]
+    assert (first["id"], first["nodes"]) == ("ray_auth_token_rejected", ["node2"]), report["findings"]
+    assert "as Ray reports it: token" in first["cause"]  # the default: the roles pin token mode
+    assert diagnose(without({"ray_auth_token_rejected"}), evidence)["findings"][0]["id"] != "ray_auth_token_rejected"
+
+
 @pytest.mark.parametrize("case", ["auth-head-mode-disabled-token-file", "auth-head-mode-token"])
 def test_a_head_whose_mode_is_pinned_gives_no_auth_finding(case):
     # What keeps a stray token file from splitting the cluster: the mode set explicitly (Ray then says nothing).
