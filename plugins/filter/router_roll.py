@@ -7,6 +7,7 @@ vllm_stop_timeout_problem.yml, vllm_running_argv_problem.yml). The logic is plug
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.router import roll
 
 
@@ -22,7 +23,11 @@ def _plain(value):
 def router_roll(new, previous_by_host, routers=None, allow_layout_switch=False):
     """roll_plan: {action, why, servers, one_at_a_time, order, workers, routers, ...} of a deployment's change."""
     try:
-        return roll.roll_plan(_plain(new), _plain(previous_by_host), _plain(routers), bool(allow_layout_switch))
+        switch = boolean(allow_layout_switch, strict=True)  # `-e ...=false` is the string "false": off, not on
+    except TypeError as exc:
+        raise AnsibleFilterError(f"vllm_cluster_allow_layout_switch must be true or false: {exc}") from exc
+    try:
+        return roll.roll_plan(_plain(new), _plain(previous_by_host), _plain(routers), switch)
     except roll.RouterError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

@@ -43,11 +43,17 @@ import yaml
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.profile import bench_argv
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.monitoring import promql
 from test_hardening import connect, connect_from
-from test_router import assert_no_unit_active, assert_router_torn_down, changed, front_inventory, play
+from test_router import (
+    LAYOUT_SWITCH,
+    assert_no_unit_active,
+    assert_router_torn_down,
+    changed,
+    front_inventory,
+    play,
+)
 from vlab.machines import SSH_OPTIONS  # lab/lab's own (conftest.py puts lab/ on the path)
 
-# In CI (issue 21): 449 s after test_scale_replicas handed the front on (2026-12-03, lab l1), where it used to
-# take 1064-1116 s deploying the three replicas itself.
+# In CI it follows test_router, which hands the front on (an extended run: test_scale_replicas between them).
 extended = pytest.mark.lab_extended
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
@@ -100,7 +106,7 @@ def fleet(started, shared_lab, tiny_model, tmp_path_factory):
 def runs(fleet):
     """deploy.yml and router.yml (test_router's layout), then monitoring.yml, again, and with --check --diff."""
     return {
-        "deploy": play(fleet, "deploy.yml").stdout,
+        "deploy": play(fleet, "deploy.yml", *LAYOUT_SWITCH).stdout,
         "router": play(fleet, "playbooks/router.yml").stdout,
         "monitoring": play(fleet, "playbooks/monitoring.yml").stdout,
         "monitoring_again": play(fleet, "playbooks/monitoring.yml").stdout,

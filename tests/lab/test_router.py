@@ -64,6 +64,11 @@ def front(shared_lab, tiny_model, tmp_path_factory):
     return front_inventory(shared_lab, tmp_path_factory)
 
 
+# A front family's first deploy.yml: whatever layout the lab serves becomes the front's at once (a rolling change
+# refuses a layout switch without it).
+LAYOUT_SWITCH = ("-e", "vllm_cluster_allow_layout_switch=true")
+
+
 def front_inventory(lab, tmp_path_factory):
     """(lab, inventory): the inventory of `front` (tests/lab/test_rolling_change.py uses it too)."""
     inventory = tmp_path_factory.mktemp("router-inventory")
@@ -104,9 +109,12 @@ def changed(output: str) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def runs(front):
-    """deploy.yml then playbooks/router.yml, then both again (the router's second run at -vv)."""
+    """deploy.yml then playbooks/router.yml, then both again (the router's second run at -vv).
+
+    The first deploy.yml may meet the lab's default deployment still serving (the module before left it, as
+    test_doctor does): it switches the layout on purpose (every server stopped, the new layout started)."""
     return {
-        "deploy": play(front, "deploy.yml").stdout,
+        "deploy": play(front, "deploy.yml", *LAYOUT_SWITCH).stdout,
         "router": play(front, "playbooks/router.yml").stdout,
         "deploy_again": play(front, "deploy.yml").stdout,
         "router_again": play(front, "playbooks/router.yml", "-vv").stdout,

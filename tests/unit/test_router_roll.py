@@ -79,6 +79,22 @@ def test_a_layout_change_cannot_roll_and_names_the_switch():
     assert steps["action"] == "switch" and "no request is served meanwhile" in steps["why"]
 
 
+@pytest.mark.parametrize(("given", "switches"), [("true", True), ("false", False), (False, False), ("yes", True)])
+def test_the_filter_reads_the_switch_as_ansible_reads_a_boolean(given, switches):
+    """`-e vllm_cluster_allow_layout_switch=false` arrives as the string "false": it must not switch."""
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.vllm_ops.cluster.plugins.filter.router_roll import router_roll
+
+    previous = running(lab_plan({"tp": 2}), ("node1", "node2"))
+    if switches:
+        assert router_roll(lab_plan(THREE), previous, [ROUTER], given)["action"] == "switch"
+    else:
+        with pytest.raises(AnsibleFilterError, match="the layout changes"):
+            router_roll(lab_plan(THREE), previous, [ROUTER], given)
+    with pytest.raises(AnsibleFilterError, match="must be true or false"):
+        router_roll(lab_plan(THREE), previous, [ROUTER], "maybe")
+
+
 def test_replicas_on_other_nodes_are_a_layout_change():
     previous = lab_plan({"tp": 1, "dp": 2})
     new = lab_plan({"tp": 1, "dp": 2})
