@@ -62,8 +62,12 @@ CONTROLLER_BIN = REPO / ".venv" / "bin"
 UP_TIMEOUT_S = 900  # a fresh machine first builds the node image (about 2 minutes here)
 DOWN_TIMEOUT_S = 300
 sys.path.insert(0, str(REPO / "lab"))
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.ray_auth import ray_auth_section  # noqa: E402
 from lab_order import LAST, MODULE_ORDER  # noqa: E402  (the modules' order in a run: tests/lab/lab_order.py)
 from vlab.inventory import api_key_path, fact_cache  # noqa: E402  (each lab's own Ansible fact cache)
+
+# The roles' Ray authentication (token by default): a `ray` command run as root on a node reads its token file.
+RAY_CLI_ENV = " ".join(f"{name}={value}" for name, value in ray_auth_section("token")["environment"].items())
 from vlab.machines import SSH_OPTIONS  # noqa: E402  (the options lab/lab itself uses)
 from vlab.spec import DEFAULT_NAME as DEFAULT_LAB_NAME  # noqa: E402  (the README's lab: scripts/demo)
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.ray_auth import ray_auth_section
+from conftest import RAY_CLI_ENV
 
 # CI runs the four faults that leave vLLM running, on the default deployment test_hardening hands on (2026-12-04,
 # alone on a deployed lab: setup 30 s, the four 103 s). The five that break vLLM's start and the healthy check with
@@ -129,8 +129,6 @@ JOURNAL_SINCE = {
     "vllm.service": "journalctl -u vllm.service --since @{since} --no-pager -o cat",
     "ray-worker.service": "journalctl -u ray-worker.service --since @{since} --no-pager -o cat",
 }
-# The roles' Ray authentication (token by default): a `ray` command run as root reads the node's token file.
-RAY_CLI_ENV = " ".join(f"{name}={value}" for name, value in ray_auth_section("token")["environment"].items())
 RAY_NODES = RAY_CLI_ENV + " /opt/vllm-cluster/venv/bin/ray list nodes --format json --address {address}"
 RAY_VERSION = "/opt/vllm-cluster/venv/bin/python -c 'import ray; print(ray.__version__)'"
 UNIT_STATE = "systemctl show -p ActiveState -p SubState -p NRestarts vllm.service"

@@ -32,15 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.ray_auth import ray_auth_section
+from conftest import RAY_CLI_ENV
 
 # Outside CI's time budget (deploy, three faults each with a vLLM restart): scripts/test --extended runs it.
 pytestmark = [pytest.mark.lab_extended, pytest.mark.lab, pytest.mark.timeout(7200)]
 REPO = Path(__file__).resolve().parents[2]
 DEPLOYMENT = "lab-tiny-llama"
 VENV = "/opt/vllm-cluster/venv"
-# The roles' Ray authentication (token by default): a `ray` command run as root reads the node's token file.
-RAY_CLI_ENV = " ".join(f"{name}={value}" for name, value in ray_auth_section("token")["environment"].items())
 RAY = f"{RAY_CLI_ENV} {VENV}/bin/ray"
 OTHER_RAY = "2.59.0"  # a Ray of the lab's wheelhouse other than the runtime's pin (as test_doctor.py uses)
 RAY_DEPLOYED = next(line.split("==", 1)[1].strip() for line in (REPO / "requirements" / "runtime.lock")

@@ -25,15 +25,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.ray_auth import ray_auth_section
+from conftest import RAY_CLI_ENV
 
 # Outside CI's time budget: scripts/test --extended runs it (docs/lab.md).
 pytestmark = [pytest.mark.lab_extended, pytest.mark.lab, pytest.mark.timeout(7200)]
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = "/opt/vllm-cluster/venv"
-# The roles' Ray authentication (token by default): a `ray` command run as root reads the node's token file.
-RAY_CLI_ENV = " ".join(f"{name}={value}" for name, value in ray_auth_section("token")["environment"].items())
 RAY = f"{RAY_CLI_ENV} {VENV}/bin/ray"
 SERVED_NAME = "lab-tiny-llama"  # the lab's vllm_cluster_deployment
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)

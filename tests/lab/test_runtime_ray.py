@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.cluster.plugins.module_utils.plan.ray_auth import ray_auth_section
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.verify.ray_state import (
     RayStateError,
     parse_nodes,
     parse_status,
 )
+from conftest import RAY_CLI_ENV
 
 # Outside CI's time budget: scripts/test --extended runs it (docs/lab.md).
 pytestmark = [pytest.mark.lab_extended, pytest.mark.lab]
@@ -33,8 +33,6 @@ pytestmark = [pytest.mark.lab_extended, pytest.mark.lab]
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME_PYTHON = REPO / ".venv-runtime" / "bin" / "python"
 MODEL = REPO / ".cache" / "models" / "tiny-llama"  # where inventories/lab/group_vars points
-# The roles' Ray authentication (token by default): a `ray` command run as root reads the node's token file.
-RAY_CLI_ENV = " ".join(f"{name}={value}" for name, value in ray_auth_section("token")["environment"].items())
 RAY = f"{RAY_CLI_ENV} /opt/vllm-cluster/venv/bin/ray"
 LAB_RAY_VARS = ("-e", "ray_cluster_object_store_memory=500000000")
 GPUS_PER_NODE = 2  # the lab's replayed nvidia-smi (gpu/h200x2)
