@@ -402,6 +402,11 @@ def collect(module):
     topology["expected_here"] = targets
     topology["journal_tail"] = text.splitlines()[-params["tail"]:] if params["tail"] > 0 else []
     lines, times = read_journal_entries(module, unit["invocation_id"])
+    # The phase is read from the lines the verdict was judged on: lines logged since (the API server's, when the
+    # round ended at its deadline just as vLLM came up) belong to the next round, else the round would report a
+    # start as up that its own topology has not seen come up.
+    judged = len(text.splitlines())
+    lines, times = lines[:judged], times[:judged]
     topology["startup_phase"] = startup_phase(lines, times) if lines else startup_phase(text.splitlines())
     if targets is not None:
         report = start_wait.round_report(

@@ -230,6 +230,36 @@ def test_a_restart_between_rounds_is_followed_from_the_resumed_start(monkeypatch
     assert len(topology["wait"]["earlier_starts"]) == 1 and topology["errors"] == []
 
 
+class JournalGrowsBetweenReads(FakeSystemd):
+    """The journal gains lines between the round's last verdict read and its read of the phases (journal times)."""
+
+    def __init__(self, params, units, journals, later):
+        super().__init__(params, units, journals)
+        self.later = later  # invocation id -> the lines the json read sees
+
+    def run_command(self, argv, **kwargs):
+        if "--output=json" in argv:
+            self.journals = self.later
+        return super().run_command(argv, **kwargs)
+
+
+def test_a_round_that_ended_at_its_deadline_as_the_server_came_up_waits_another_round(monkeypatch):
+    # The round's verdict read ended before the API server's line; its read of the phases came just after it. The
+    # node must not be reported up on a topology that has no server (the deploy then failed a start that came up).
+    plan_targets(monkeypatch)
+    before, after = lab_lines("Explicitly set"), lab_lines("Starting vLLM server on")
+    assert len(after) > len(before)
+    module = JournalGrowsBetweenReads({"plan": PLAN_ONE_NODE}, [unit("a")], {"a": before}, {"a": after})
+    topology = run_round(module)
+    assert topology["server_url"] is None
+    assert (topology["wait"]["ended"], topology["wait"]["state"]) == ("deadline", "waiting")
+    assert topology["startup_phase"]["complete"] is False
+    # The next round sees the server's line and ends up.
+    module = FakeSystemd({"plan": PLAN_ONE_NODE, "resume": topology["wait"]}, [unit("a")], {"a": after})
+    topology = run_round(module)
+    assert topology["server_url"] is not None and topology["wait"]["state"] == "up"
+
+
 # vLLM 0.32 on a full cache filesystem (registry.py's model-info cache, written through weight_utils.atomic_writer):
 # two ERROR lines with their tracebacks, then the start goes on.
 FULL_CACHE = [
