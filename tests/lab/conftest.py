@@ -24,7 +24,7 @@ API of the `lab` fixture (module scope; one lab per module, so modules can run i
     lab.node(node, "poweroff" | "start" | "reboot")
     lab.status() -> dict                                                 `lab status --json`
     lab.down() -> CompletedProcess                                       idempotent; teardown calls it
-    lab.ansible_env() -> dict, lab.ansible_playbook(playbook, *args, check=True, timeout=1800, inventory=None)
+    lab.ansible_env() -> dict, lab.ansible_playbook(playbook, *args, check=True, timeout=1800, inventory=None, env=None)
     lab.playbook_outputs (every playbook run on the lab this session), lab.first_output_of(playbook)
 For a second lab or another scope: the `make_lab` fixture, `with make_lab("t2", nodes=1) as other:`.
 
@@ -170,10 +170,11 @@ class Lab:
                     None)
 
     def ansible_playbook(self, playbook: str, *args: str, check: bool = True, timeout: float = 1800,
-                         inventory: Path | None = None) -> subprocess.CompletedProcess:
+                         inventory: Path | None = None, env: dict[str, str] | None = None,
+                         ) -> subprocess.CompletedProcess:
         argv = [str(CONTROLLER_BIN / "ansible-playbook"), "-i", str(inventory or self.inventory), playbook, *args]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                              cwd=REPO, env=self.ansible_env())
+                              cwd=REPO, env={**self.ansible_env(), **(env or {})})
         self.playbook_outputs.append((shlex.join([playbook, *args]), proc.stdout + proc.stderr))
         if check and proc.returncode != 0:
             raise AssertionError(f"`{shlex.join(argv)}` exited {proc.returncode}:\n{failure_excerpt(proc.stdout)}\n"

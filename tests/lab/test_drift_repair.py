@@ -13,7 +13,8 @@ operator's first reflex:
   deploy.yml must go green with no other step.
 
 Each case's time to repair (or to the clear failure) is printed and written to
-results/drift-repair.json. What would make a case fail: a stage skipped as
+results/drift-repair.json, each deploy.yml's output to results/drift-repair/<case>.log
+(with Ansible's per-task times: where a slow repair spent them). What would make a case fail: a stage skipped as
 converged while the thing is broken (its stamp misses it, or the health check
 does not see it), a foreign file kept, a rule left live, a restart that does
 not happen, a wait that does not stop, a message that names another host.
@@ -40,6 +41,7 @@ REPAIR_BOUND_S = 900  # one deploy.yml that restarts vLLM on the lab (vLLM's own
 FAIL_BOUND_S = 300  # a clear failure: no vLLM start is waited for
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "drift-repair.json"
 TIMINGS: dict[str, dict] = {}
+OUTPUTS = RESULTS.parent / "drift-repair"
 
 
 @pytest.fixture(scope="module")
@@ -79,10 +81,16 @@ def unit(lab, node, *props):
     return dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
 
 
-def deploy(lab):
+def deploy(lab, case):
+    """deploy.yml once, its output kept under results/drift-repair/ with each task's time (profile_tasks)."""
     started = time.monotonic()
-    proc = lab.ansible_playbook("deploy.yml", check=False, timeout=2400)
-    return proc, time.monotonic() - started
+    proc = lab.ansible_playbook("deploy.yml", check=False, timeout=2400,
+                                env={"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks"})
+    seconds = time.monotonic() - started
+    OUTPUTS.mkdir(parents=True, exist_ok=True)
+    (OUTPUTS / (case.replace(" ", "-").replace("(", "").replace(")", "") + ".log")).write_text(
+        f"# deploy.yml: exit {proc.returncode} in {seconds:.1f} s\n{proc.stdout}{proc.stderr}")
+    return proc, seconds
 
 
 def output_of(proc) -> str:
@@ -91,7 +99,7 @@ def output_of(proc) -> str:
 
 def repaired(lab, case, check) -> str:
     """deploy.yml once: exit 0, `check()` holds on the node, a completion answers. Returns its output."""
-    proc, seconds = deploy(lab)
+    proc, seconds = deploy(lab, case)
     out = output_of(proc)
     TIMINGS[case] = {"outcome": "repaired" if proc.returncode == 0 else "not repaired", "seconds": round(seconds, 1)}
     assert proc.returncode == 0, f"deploy.yml did not repair {case} (exit {proc.returncode}):\n{out[-6000:]}"
@@ -104,7 +112,7 @@ def repaired(lab, case, check) -> str:
 
 def failed_clearly(lab, case, host, words) -> str:
     """deploy.yml once: fails within FAIL_BOUND_S, its failure names `host` and every one of `words`."""
-    proc, seconds = deploy(lab)
+    proc, seconds = deploy(lab, case)
     out = output_of(proc)
     TIMINGS[case] = {"outcome": "failed" if proc.returncode else "exit 0", "seconds": round(seconds, 1)}
     assert proc.returncode != 0, f"{case}: deploy.yml exited 0 on a deployment it cannot repair:\n{out[-4000:]}"
@@ -116,7 +124,7 @@ def failed_clearly(lab, case, host, words) -> str:
 
 
 def green_after_fix(lab, case):
-    proc, seconds = deploy(lab)
+    proc, seconds = deploy(lab, case + " (after the fix)")
     TIMINGS[case + " (after the fix)"] = {"outcome": "repaired" if proc.returncode == 0 else "not repaired",
                                          "seconds": round(seconds, 1)}
     assert proc.returncode == 0, (f"{case}: after the operator's fix deploy.yml still fails:\n"

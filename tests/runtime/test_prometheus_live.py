@@ -42,6 +42,11 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import repo
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench import timeline
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.doctor import metrics
 
+# A vLLM start and a two-minute load: 275-290 s, outside CI's time budget (scripts/test --extended; docs/lab.md).
+# CI keeps Prometheus on the lab (tests/lab/test_monitoring.py) and the doctor's reading of its answers offline
+# (tests/unit).
+pytestmark = [pytest.mark.runtime, pytest.mark.lab_extended]
+
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / ".cache" / "models" / "tiny-llama"
 PROMETHEUS = REPO / ".cache" / "prometheus-deb" / "root" / "usr" / "bin" / "prometheus"
