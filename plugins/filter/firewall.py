@@ -1,13 +1,17 @@
-"""Filters for the node firewall: the router and monitor hosts' addresses, trusted like the cluster's nodes.
+"""Filters for the node firewall: the router and monitor hosts' addresses, trusted like the cluster's nodes; who
+reaches vLLM's API port (one door behind a router); the controller's addresses that reach it.
 
-Documentation: firewall_trusted_addresses.yml beside this file. The logic is plugins/module_utils/render/nft_policy.py.
+Documentation: firewall_trusted_addresses.yml, firewall_api_mode.yml and firewall_controller_addresses.yml beside
+this file. The logic is plugins/module_utils/render/nft_policy.py.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.render import nft_policy
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.router import front
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.router.front import inventory_address
+from ansible_collections.vllm_ops.cluster.plugins.module_utils.router.workers import RouterError
 
 
 def firewall_trusted_addresses(groups, hostvars, group_names, plan, extra=None):
@@ -31,8 +35,33 @@ def firewall_trusted_addresses(groups, hostvars, group_names, plan, extra=None):
     return list(extra or []) + found
 
 
+def firewall_api_mode(setting, plan, groups, hostvars, router_group="vllm_router"):
+    """``clients`` or ``router``: ``auto`` is ``router`` when a host of ``router_group`` fronts the plan's deployment."""
+    routers = []
+    for host in groups.get(router_group) or []:
+        variables = hostvars[host] if host in hostvars else {}
+        routers.append({"host": host, "address": inventory_address(host, variables) or "?",
+                        "deployments": variables.get("vllm_router_deployments") or []})
+    try:
+        fronted = front.front_url(plan or {}, routers) is not None
+        return nft_policy.api_mode(str(setting), fronted)
+    except (RouterError, nft_policy.FirewallError) as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def firewall_controller_addresses(setting, destination, host="?"):
+    """The controller's addresses that reach a node's API port (``auto``: the one it sends from to ``destination``)."""
+    try:
+        return nft_policy.controller_addresses(setting if setting == "auto" else list(setting or []),
+                                               str(destination), str(host))
+    except nft_policy.FirewallError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
-    """vllm_ops.cluster firewall filters (documentation: firewall_trusted_addresses.yml)."""
+    """vllm_ops.cluster firewall filters (documentation: firewall_trusted_addresses.yml, firewall_api_mode.yml,
+    firewall_controller_addresses.yml)."""
 
     def filters(self):
-        return {"firewall_trusted_addresses": firewall_trusted_addresses}
+        return {"firewall_trusted_addresses": firewall_trusted_addresses, "firewall_api_mode": firewall_api_mode,
+                "firewall_controller_addresses": firewall_controller_addresses}

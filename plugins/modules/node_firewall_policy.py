@@ -78,6 +78,13 @@ options:
         router's hosts among them, see O(extra_cluster_addresses)), and clients go through the router.
     type: bool
     default: true
+  admin_addresses:
+    description:
+      - The controller's addresses or CIDRs (verify, the doctor and deploy's converged check ask the API from
+        there). They reach the vLLM API ports, and no other port, whatever O(api_from_cidrs) says.
+    type: list
+    elements: str
+    default: []
 notes:
   - Only reads its arguments; check mode gives the same answer.
 extends_documentation_fragment:
@@ -155,6 +162,11 @@ api_from_cidrs:
   returned: success
   type: bool
   sample: true
+admin_addresses:
+  description: The controller's addresses that reach the vLLM API ports.
+  returned: success
+  type: list
+  sample: ["10.231.1.1"]
 client_ports:
   description: Ports open like the API (the router's client port on a router host).
   returned: success
@@ -194,6 +206,7 @@ def main():
             "extra_cluster_addresses": {"type": "list", "elements": "str", "default": []},
             "client_ports": {"type": "list", "elements": "int", "default": []},
             "api_from_cidrs": {"type": "bool", "default": True},
+            "admin_addresses": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -204,7 +217,8 @@ def main():
             include_ray_defaults=params["include_ray_defaults"], ephemeral_range=params["ephemeral_range"],
             extra_protected_ports=params["extra_protected_ports"],
             extra_cluster_addresses=params["extra_cluster_addresses"], machine_plans=params["machine_plans"],
-            client_ports=params["client_ports"], api_from_cidrs=params["api_from_cidrs"])
+            client_ports=params["client_ports"], api_from_cidrs=params["api_from_cidrs"],
+            admin_addresses=params["admin_addresses"])
     except FirewallError as error:
         module.fail_json(msg=f"node_firewall_policy: {error}")
     module.exit_json(changed=False, **policy)

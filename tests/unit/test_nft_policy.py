@@ -8,7 +8,9 @@ import subprocess
 import pytest
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.render.nft_policy import (
     FirewallError,
+    api_mode,
     build_policy,
+    controller_addresses,
     merge_spans,
     protected_spans,
     render_ruleset,
@@ -293,3 +295,108 @@ def test_the_firewalls_port_defaults_are_the_other_roles_defaults():
         found = re.fullmatch(r"\{\{ (\w+) \| default\('?([\w]+)'?\) \}\}", mine[name])
         assert found, f"{name}: {mine[name]!r} does not follow another role's variable"
         assert found.group(1) == theirs and found.group(2) == str(firewall[theirs]), (name, mine[name], firewall[theirs])
+
+
+# --- one door: who reaches the API port behind a router, and the controller's own address --------------------------
+
+def test_the_controller_reaches_the_api_port_behind_a_router_and_nothing_else(tmp_path):
+    policy = build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=["192.0.2.0/24"], api_from_cidrs=False,
+                          admin_addresses=["10.231.2.1"])
+    text = policy["ruleset"]
+    assert policy["admin_addresses"] == ["10.231.2.1"]
+    assert "elements = { 10.231.2.1 }" in text
+    rules = [line.strip() for line in text.splitlines()]
+    # In the API port's rules, before its drop: the controller; the client CIDRs are not there.
+    api_rules = [rule for rule in rules if rule.startswith("tcp dport 8000 ")]
+    assert api_rules == ["tcp dport 8000 ip saddr @admin_v4 accept", "tcp dport 8000 ip6 saddr @admin_v6 accept",
+                         "tcp dport 8000 ip saddr @cluster_v4 accept", "tcp dport 8000 ip6 saddr @cluster_v6 accept",
+                         'tcp dport 8000 counter drop comment "vLLM API from outside the cluster"']
+    # The controller is no cluster node: the protected ports stay closed to it (no rule accepts @admin_v4 alone).
+    assert "ip saddr @admin_v4 accept" not in rules and "10.231.2.1" not in policy["cluster_addresses"]
+    assert nft_check(text, tmp_path).returncode == 0, nft_check(text, tmp_path).stderr
+
+
+def test_without_a_router_the_controller_is_admitted_beside_the_client_cidrs(tmp_path):
+    text = build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=["192.0.2.0/24"],
+                        admin_addresses=["2001:db8::7"])["ruleset"]
+    assert "tcp dport 8000 ip saddr @api_v4 accept" in text and "tcp dport 8000 ip6 saddr @admin_v6 accept" in text
+    assert "elements = { 2001:db8::7 }" in text
+    assert nft_check(text, tmp_path).returncode == 0
+
+
+def test_a_bad_controller_address_is_refused_by_value():
+    with pytest.raises(FirewallError, match=r"controller address: 'laptop' is not an IP address or CIDR"):
+        build_policy(table="vllm_cluster", plan=MP_PLAN, api_cidrs=[], admin_addresses=["laptop"])
+
+
+@pytest.mark.parametrize("setting, fronted, mode", [
+    ("auto", True, "router"), ("auto", False, "clients"),
+    ("clients", True, "clients"), ("router", True, "router"), ("router", False, "router"),
+])
+def test_auto_is_one_door_when_a_router_fronts_the_deployment(setting, fronted, mode):
+    assert api_mode(setting, fronted) == mode
+
+
+def test_an_unknown_mode_is_refused_with_the_choices():
+    with pytest.raises(FirewallError, match=r"node_firewall_api_reachable_from 'router-only': expected one of "
+                                            r"auto, clients, router"):
+        api_mode("router-only", True)
+
+
+class FakeSocket:
+    """A UDP socket whose connect picks the source address a routing table would."""
+
+    def __init__(self, source, error=None):
+        self.source, self.error, self.closed = source, error, False
+
+    def connect(self, address):
+        if self.error:
+            raise self.error
+
+    def getsockname(self):
+        return (self.source, 40000)
+
+    def close(self):
+        self.closed = True
+
+
+def test_auto_is_the_address_the_controller_sends_from_towards_the_node():
+    fake = FakeSocket("10.231.1.1")
+    assert controller_addresses("auto", "127.0.0.1", "node1", opener=lambda family: fake) == ["10.231.1.1"]
+    assert fake.closed
+    # The real kernel, towards loopback: loopback itself.
+    assert controller_addresses("auto", "127.0.0.1", "node1") == ["127.0.0.1"]
+
+
+def test_no_route_or_no_name_is_refused_naming_the_host():
+    unreachable = FakeSocket("0.0.0.0", OSError(101, "Network is unreachable"))
+    with pytest.raises(FirewallError, match=r"host node2: node_firewall_controller_addresses is auto and the "
+                                            r"controller's address towards '127.0.0.1': no route to it"):
+        controller_addresses("auto", "127.0.0.1", "node2", opener=lambda family: unreachable)
+    with pytest.raises(FirewallError, match=r"host node2: .*'node2.invalid': cannot resolve it"):
+        controller_addresses("auto", "node2.invalid", "node2")
+
+
+def test_a_listed_controller_address_is_checked_and_an_empty_list_admits_none():
+    assert controller_addresses(["10.0.0.5", "10.1.0.0/16"], "x", "node1") == ["10.0.0.5", "10.1.0.0/16"]
+    assert controller_addresses([], "x", "node1") == []
+    with pytest.raises(FirewallError, match=r"host node1: node_firewall_controller_addresses: 'bastion' is not"):
+        controller_addresses(["bastion"], "x", "node1")
+    with pytest.raises(FirewallError, match=r"expected auto or a list"):
+        controller_addresses("10.0.0.5", "x", "node1")
+
+
+def test_the_api_mode_filter_reads_which_deployments_the_routers_front():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.vllm_ops.cluster.plugins.filter.firewall import firewall_api_mode
+
+    plan = {"deployment": "chat", "nodes": [{"host": "node1"}],
+            "cluster": {"nodes": [{"name": "node1", "address": "10.0.0.1"}]}}
+    hostvars = {"node1": {"vllm_cluster_plan": plan}, "r1": {"vllm_cluster_fabric_address": "10.0.0.9"}}
+    assert firewall_api_mode("auto", plan, {"vllm_router": ["r1"]}, hostvars) == "router"
+    assert firewall_api_mode("auto", plan, {}, hostvars) == "clients"
+    other = {**hostvars, "r1": {**hostvars["r1"], "vllm_router_deployments": ["embed"]}}
+    assert firewall_api_mode("auto", plan, {"vllm_router": ["r1"]}, other) == "clients"  # it fronts another one
+    assert firewall_api_mode("auto", plan, {"edge": ["r1"]}, hostvars, "edge") == "router"
+    with pytest.raises(AnsibleFilterError, match="expected one of auto, clients, router"):
+        firewall_api_mode("everyone", plan, {}, hostvars)

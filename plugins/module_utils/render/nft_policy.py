@@ -11,7 +11,9 @@ left alone. Inside it, in this order:
    nodes, and are dropped for everyone else: the vLLM API port, and the
    client ports (the router's, on a router host). With ``api_from_cidrs``
    false the vLLM API port passes from the cluster's nodes only (clients go
-   through the router, whose hosts are among the trusted addresses);
+   through the router, whose hosts are among the trusted addresses); the
+   controller's addresses (``admin_addresses``: verify, the doctor and the
+   converged check ask the API from there) reach the API port in either case;
 3. every packet from a cluster node passes (NCCL, Gloo and vLLM's ZMQ/DP traffic
    also use ephemeral ports that no plan can list);
 4. the protected ports (the plan's master/dp_rpc ports, every Ray port and the
@@ -135,10 +137,14 @@ def _set(name: str, kind: str, elements: list[str]) -> list[str]:
     return lines
 
 
-def _public_port_rules(port: int, *, from_cidrs: bool, what: str) -> list[str]:
-    """Accept a public port from the client CIDRs (when ``from_cidrs``) and the cluster; drop it for the rest."""
+def _public_port_rules(port: int, *, from_cidrs: bool, what: str, admin: bool = False) -> list[str]:
+    """Accept a public port from the client CIDRs (when ``from_cidrs``), the controller (when ``admin``) and the
+    cluster; drop it for the rest."""
     clients = [f"    tcp dport {port} ip saddr @api_v4 accept",
                f"    tcp dport {port} ip6 saddr @api_v6 accept"] if from_cidrs else []
+    if admin:
+        clients += [f"    tcp dport {port} ip saddr @admin_v4 accept",
+                    f"    tcp dport {port} ip6 saddr @admin_v6 accept"]
     return clients + [
         f"    tcp dport {port} ip saddr @cluster_v4 accept",
         f"    tcp dport {port} ip6 saddr @cluster_v6 accept",
@@ -148,12 +154,13 @@ def _public_port_rules(port: int, *, from_cidrs: bool, what: str) -> list[str]:
 
 def render_ruleset(*, table: str, cluster_addresses: list, api_port: int | list, api_cidrs: list,
                    protected: list[tuple[int, int]], comment: str = "", client_ports: list | None = None,
-                   api_from_cidrs: bool = True) -> str:
+                   api_from_cidrs: bool = True, admin_addresses: list | None = None) -> str:
     """The nftables script: replaces the whole table atomically when loaded with `nft -f`.
 
     ``api_port`` is one port, or a list of them (the deployments that share a machine): each gets the same rules.
     ``client_ports`` (the router's) are open to ``api_cidrs`` and the cluster; the API ports too, unless
     ``api_from_cidrs`` is false: then only the cluster (the router's hosts among it) reaches them.
+    ``admin_addresses`` (the controller's) reach the API ports in either case, and nothing else.
     """
     if not TABLE_NAME_RE.match(table or ""):
         raise FirewallError(f"table name {table!r}: expected a letter then up to 31 letters, digits or _")
@@ -162,6 +169,7 @@ def render_ruleset(*, table: str, cluster_addresses: list, api_port: int | list,
     if not cluster_v4 and not cluster_v6:
         raise FirewallError("cluster node addresses: none given; expected the plan's node addresses")
     api_v4, api_v6 = split_networks(api_cidrs, "API CIDR")
+    admin_v4, admin_v6 = split_networks(list(admin_addresses or []), "controller address")
     if not protected:
         raise FirewallError("protected ports: none given")
     lines = [f"# {line}" for line in comment.splitlines()] if comment else []
@@ -171,6 +179,8 @@ def render_ruleset(*, table: str, cluster_addresses: list, api_port: int | list,
     lines += _set("cluster_v6", "ipv6_addr", cluster_v6)
     lines += _set("api_v4", "ipv4_addr", api_v4)
     lines += _set("api_v6", "ipv6_addr", api_v6)
+    lines += _set("admin_v4", "ipv4_addr", admin_v4)
+    lines += _set("admin_v6", "ipv6_addr", admin_v6)
     ports = ", ".join(_span_text(span) for span in protected)
     lines += [
         "  chain input {",
@@ -179,7 +189,7 @@ def render_ruleset(*, table: str, cluster_addresses: list, api_port: int | list,
         '    iif "lo" accept',
     ]
     for port in api_ports:
-        lines += _public_port_rules(port, from_cidrs=api_from_cidrs, what=(
+        lines += _public_port_rules(port, from_cidrs=api_from_cidrs, admin=True, what=(
             "vLLM API from outside the allowed CIDRs" if api_from_cidrs else "vLLM API from outside the cluster"))
     for port in [_port("client", port) for port in client_ports or []]:
         if port in api_ports:
@@ -237,7 +247,7 @@ def build_policy(*, table: str, plan: dict, api_cidrs: list, scope: str = "deplo
                  ephemeral_range: list | tuple | None = DEFAULT_EPHEMERAL_RANGE,
                  extra_protected_ports: list | None = None, extra_cluster_addresses: list | None = None,
                  machine_plans: list | None = None, client_ports: list | None = None,
-                 api_from_cidrs: bool = True) -> dict:
+                 api_from_cidrs: bool = True, admin_addresses: list | None = None) -> dict:
     """From the plan: the ruleset text and the facts behind it (for the role's report and checks).
 
     ``machine_plans``: the plans of the other deployments on this machine (deployments that share it on disjoint
@@ -245,6 +255,7 @@ def build_policy(*, table: str, plan: dict, api_cidrs: list, scope: str = "deplo
     ports are added to the plan's, so that no deployment's table closes another's ports.
     ``client_ports``: ports open like the API (the router's client port on a router host); ``api_from_cidrs`` false
     keeps the vLLM API ports to the cluster's own addresses (the router's hosts among them).
+    ``admin_addresses``: the controller's, which reach the API ports (and nothing else) in either case.
     """
     # The machine's plans in their given (inventory) order when the plan is among them, so that every deployment
     # on the machine renders the same table; else the plan first.
@@ -289,7 +300,7 @@ def build_policy(*, table: str, plan: dict, api_cidrs: list, scope: str = "deplo
     ruleset = render_ruleset(
         table=table, cluster_addresses=addresses, api_port=api_ports[0] if len(api_ports) == 1 else api_ports,
         api_cidrs=api_cidrs, protected=spans, client_ports=clients, api_from_cidrs=api_from_cidrs,
-        comment=(f"vllm-cluster firewall of deployment{'s' if len(plans) > 1 else ''} {names} "
+        admin_addresses=admin_addresses, comment=(f"vllm-cluster firewall of deployment{'s' if len(plans) > 1 else ''} {names} "
                  "(managed; edits are lost).\n"
                  f"Cluster nodes (scope {scope}): {hosts}."))
     cluster_v4, cluster_v6 = split_networks(addresses, "cluster node address")
@@ -303,7 +314,62 @@ def build_policy(*, table: str, plan: dict, api_cidrs: list, scope: str = "deplo
         "deployments": [one.get("deployment") for one in plans],
         "api_cidrs": api_cidrs,
         "api_from_cidrs": api_from_cidrs,
+        "admin_addresses": list(admin_addresses or []),
         "client_ports": clients,
         "cluster_addresses": cluster_v4 + cluster_v6,
         "protected_ports": [_span_text(span) for span in spans],
     }
+
+
+API_REACHABLE_FROM = ("auto", "clients", "router")
+
+
+def api_mode(setting: str, fronted: bool) -> str:
+    """Who reaches vLLM's API port: ``clients`` or ``router`` (the router's and the cluster's hosts only).
+
+    ``auto`` is ``router`` when a router fronts the deployment (``fronted``: vllm_router's hosts, every deployment
+    or those of vllm_router_deployments), else ``clients``: with a router in front there is one door.
+    """
+    if setting not in API_REACHABLE_FROM:
+        raise FirewallError(f"node_firewall_api_reachable_from {setting!r}: expected one of "
+                            f"{', '.join(API_REACHABLE_FROM)}")
+    if setting == "auto":
+        return "router" if fronted else "clients"
+    return setting
+
+
+def source_address(destination: str, port: int = 22, opener=None) -> str:
+    """The address this machine sends from to reach ``destination`` (the kernel's route choice; a UDP socket's
+    connect sends no packet). ``opener(family)``: a socket factory, for tests."""
+    import socket
+
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(str(destination), int(port), type=socket.SOCK_DGRAM)[0]
+    except (OSError, IndexError) as exc:
+        raise FirewallError(f"{destination!r}: cannot resolve it ({exc})") from exc
+    sock = (opener or (lambda fam: socket.socket(fam, socket.SOCK_DGRAM)))(family)
+    try:
+        sock.connect(sockaddr)
+        return str(sock.getsockname()[0])
+    except OSError as exc:
+        raise FirewallError(f"{destination!r}: no route to it from the controller ({exc})") from exc
+    finally:
+        sock.close()
+
+
+def controller_addresses(setting, destination: str, host: str, opener=None) -> list[str]:
+    """The controller's addresses that reach a node's API port: ``auto`` is the address the controller sends from
+    to reach the node (``destination``: its ansible_host); a list is taken as given (checked); [] admits none."""
+    if setting == "auto":
+        try:
+            return [source_address(destination, opener=opener)]
+        except FirewallError as exc:
+            raise FirewallError(
+                f"host {host}: node_firewall_controller_addresses is auto and the controller's address towards "
+                f"{exc}; expected a reachable ansible_host, or the controller's addresses as the node sees them "
+                "(a list; [] admits none)") from exc
+    if not isinstance(setting, (list, tuple)):
+        raise FirewallError(f"host {host}: node_firewall_controller_addresses {setting!r}: expected auto or a "
+                            "list of addresses or CIDRs")
+    split_networks(list(setting), f"host {host}: node_firewall_controller_addresses")
+    return [str(value).strip() for value in setting]
