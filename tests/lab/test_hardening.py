@@ -6,7 +6,9 @@ idle. "Outside the cluster" is the lab host itself (the controller, on the
 management network) and, with node_firewall_cluster_scope=plan, node3.
 
 Order (the default deployment as test_self_healing leaves it, or one deploy.yml;
-state reused): the key (401/200), the firewall from outside and inside, a re-run
+state reused): the key (401/200), every route of the running vLLM walked
+without the key and with a wrong one (the API guard, on by default: only
+/health answers), the firewall from outside and inside, a re-run
 that changes nothing (the unit's start time stays), no key anywhere (ps and the
 journal on every node, and the output of every playbook run on this lab in this
 pytest session, `Lab.playbook_outputs`, the run that wrote the key file among
@@ -288,36 +290,29 @@ def status_of(method: str, url: str, key: str | None) -> int | str:
         return f"refused ({error})"
 
 
-@extended  # opt-in (vllm_cluster_api_guard): one restart to turn it on, one to turn it off
 def test_with_the_api_guard_only_health_answers_a_client_without_the_key(deployed):
     """Every route of the head's vLLM, from the controller (a client), with no key and with a wrong key: only
-    /health answers; /metrics answers the node itself, not a client; the key still opens the rest. Fails when a
-    route of vLLM answers without the key (the guard not loaded, or a route it lets through)."""
+    /health answers; /metrics answers the node itself, not a client; the key still opens the rest. The guard is on
+    by default (vllm_cluster_api_guard). Fails when a route of vLLM answers without the key (the guard not loaded,
+    or a route it lets through), or when the walk finds no admin route to try."""
     lab = deployed
-    without = routes_of_the_running_vllm(lab, "node1")
-    assert ("POST", "/tokenize") in without and ("GET", "/metrics") in without, without
-    try:
-        lab.ansible_playbook("deploy.yml", "-e", "vllm_cluster_api_guard=true", timeout=2400)
-        routes = routes_of_the_running_vllm(lab, "node1")
-        assert ("POST", "/is_scaling_elastic_ep") in routes, routes
-        table = {(method, path): (status_of(method, api_url(lab, path), None),
-                                  status_of(method, api_url(lab, path), "not-the-key")) for method, path in routes}
-        print("\nroute                                   no key  wrong key")
-        for (method, path), (none, wrong) in table.items():
-            print(f"{method:6} {path:32} {none!s:>6}  {wrong!s:>9}")
-        answered = sorted(route for route, statuses in table.items()
-                          if any(status not in (401, 403) for status in statuses))
-        assert answered == [("GET", "/health")], table
-        assert table[("POST", "/is_scaling_elastic_ep")] == (403, 403)
-        assert status_of("POST", api_url(lab, "/is_scaling_elastic_ep"), lab.api_key) == 403
-        assert status_of("POST", api_url(lab, "/tokenize"), lab.api_key) not in (401, 403)
-        assert completion(lab, lab.api_key)[0] == 200
-        on_node = lab.ssh("node1", f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{API_PORT}/metrics",
-                          check=False).stdout.strip()
-        assert on_node == "200", on_node
-    finally:
-        lab.ansible_playbook("deploy.yml", timeout=2400)
-    assert status_of("POST", api_url(lab, "/tokenize"), None) not in (401, 403)  # vLLM's own key: /v1 only
+    routes = routes_of_the_running_vllm(lab, "node1")
+    assert ("POST", "/tokenize") in routes and ("GET", "/metrics") in routes, routes
+    assert ("POST", "/is_scaling_elastic_ep") in routes, routes
+    table = {(method, path): (status_of(method, api_url(lab, path), None),
+                              status_of(method, api_url(lab, path), "not-the-key")) for method, path in routes}
+    print(f"\n{len(table)} routes of the running vLLM        no key  wrong key")
+    for (method, path), (none, wrong) in table.items():
+        print(f"{method:6} {path:32} {none!s:>6}  {wrong!s:>9}")
+    answered = sorted(route for route, statuses in table.items() if any(status not in (401, 403) for status in statuses))
+    assert answered == [("GET", "/health")], table
+    assert table[("POST", "/is_scaling_elastic_ep")] == (403, 403)
+    assert status_of("POST", api_url(lab, "/is_scaling_elastic_ep"), lab.api_key) == 403
+    assert status_of("POST", api_url(lab, "/tokenize"), lab.api_key) not in (401, 403)
+    assert completion(lab, lab.api_key)[0] == 200
+    on_node = lab.ssh("node1", f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{API_PORT}/metrics",
+                      check=False).stdout.strip()
+    assert on_node == "200", on_node
 
 
 def test_internal_ports_only_from_the_cluster_api_from_outside(deployed):

@@ -150,8 +150,9 @@ def openai_through_router(lab, count: int) -> list[dict]:
 
 
 def replica_successes(lab, node: str) -> float:
-    """vLLM's own count of finished requests on one replica (its /metrics needs no key)."""
-    shown = lab.ssh(node, f"curl -sf http://{lab.fabric_address(node)}:8000/metrics").stdout
+    """vLLM's own count of finished requests on one replica, read on the node itself (the API guard serves
+    /metrics to the node's loopback and the monitoring hosts only)."""
+    shown = lab.ssh(node, "curl -sf http://127.0.0.1:8000/metrics").stdout
     return sum(float(value) for value in SUCCESS.findall(shown))
 
 

@@ -166,6 +166,7 @@ def cpu_plan(path, max_model_len, tp, kv_cache_dtype=None):
         kv_cache_dtype=kv_cache_dtype,
         api_host="127.0.0.1",
         ports={"api": free_port()},
+        api_guard=False,  # served here from the runtime venv, without the guard's module on PYTHONPATH
     )
     assert plan["nodes"][0]["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert plan["nodes"][0]["env"]["VLLM_CPU_OMP_THREADS_BIND"] == ("0-1" if tp == 1 else "0|1")

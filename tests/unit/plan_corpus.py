@@ -31,7 +31,9 @@ A100 (Marlin) the weights per GPU grow 9% and more, on H100/H200 at TP >= 2 (Tri
 slice to 64) 2 to 5%; their KV tokens fall accordingly and a warning names the kernel; one L40S plan misses the
 default target with TP=4 and so takes the first layout that fits (EP + DP), and one A100 request at utilization
 0.8 no longer fits (65.84 GiB of weights, an error, as vLLM's start would be). Then for the API guard: every
-plan gains the key `api_guard` (false: no request sets it, so no argv, layout or error changed).
+plan gains the key `api_guard` (false: no request sets it, so no argv, layout or error changed). Then for the
+API guard on by default: every plan's `api_guard` is true and every node's argv gains
+`--middleware vllm_cluster_api_guard.ApiGuard` before `--served-model-name` (no layout or error changed).
 """
 
 from __future__ import annotations

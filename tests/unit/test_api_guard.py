@@ -180,14 +180,14 @@ def two_node_request(**extra):
     return {"model": "llama-3.1-405b", "cluster": nodes, **extra}
 
 
-def test_the_plan_names_the_guard_in_every_nodes_argv_only_when_asked():
-    guarded = plan_from_request(two_node_request(api_guard=True))
-    assert guarded["api_guard"] is True and len(guarded["nodes"]) == 2
-    for node in guarded["nodes"]:
-        at = node["argv"].index("--middleware")
-        assert node["argv"][at + 1] == API_GUARD_MIDDLEWARE == "vllm_cluster_api_guard.ApiGuard"
-        assert GUARD.stem == API_GUARD_MIDDLEWARE.split(".")[0] and hasattr(guard, API_GUARD_MIDDLEWARE.split(".")[1])
-    plain = plan_from_request(two_node_request())
+def test_the_plan_names_the_guard_in_every_nodes_argv_unless_turned_off():
+    for guarded in (plan_from_request(two_node_request()), plan_from_request(two_node_request(api_guard=True))):
+        assert guarded["api_guard"] is True and len(guarded["nodes"]) == 2  # on by default
+        for node in guarded["nodes"]:
+            at = node["argv"].index("--middleware")
+            assert node["argv"][at + 1] == API_GUARD_MIDDLEWARE == "vllm_cluster_api_guard.ApiGuard"
+            assert GUARD.stem == API_GUARD_MIDDLEWARE.split(".")[0] and hasattr(guard, API_GUARD_MIDDLEWARE.split(".")[1])
+    plain = plan_from_request(two_node_request(api_guard=False))
     assert plain["api_guard"] is False and all("--middleware" not in node["argv"] for node in plain["nodes"])
     with pytest.raises(PlanError, match="api_guard must be true or false"):
         plan_from_request(two_node_request(api_guard="yes"))

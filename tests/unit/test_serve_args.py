@@ -43,8 +43,8 @@ def test_flags_are_sorted_after_the_plan_s_own_and_before_the_executor_s_on_ever
     result = build_plan("llama-3.1-70b", nodes(2, dict(H100, count=4)), overrides={"pp": 2, "tp": 4},
                         serve_args=given)
     head, worker = (node["argv"] for node in result["nodes"])
-    assert tail(head, "--kv-cache-dtype")[:14] == [
-        "--kv-cache-dtype", "fp8", "--served-model-name", "vllm",
+    assert tail(head, "--kv-cache-dtype")[:16] == [
+        "--kv-cache-dtype", "fp8", "--middleware", "vllm_cluster_api_guard.ApiGuard", "--served-model-name", "vllm",
         "--compilation-config", '{"cudagraph_capture_sizes":[1,2],"mode":3}',
         "--no-enable-chunked-prefill", "--enable-prefix-caching", "--lora-modules", "a=/srv/a", "b=/srv/b",
         "--max-num-seqs", "128", "--seed"]

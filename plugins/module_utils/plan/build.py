@@ -155,7 +155,7 @@ def build_plan(
     kv_cache_dtype=None,
     enable_eplb=None,
     api_host=None,
-    api_guard=False,
+    api_guard=True,
     ray_auth="token",
     serve_args=None,
     vllm_version=VLLM_VERSION,

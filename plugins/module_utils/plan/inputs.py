@@ -251,7 +251,7 @@ def prepare(request):
         raise PlanError(f"{request.label('api_host')} must be an address to bind, got {api_host!r}")
     inputs.api_host = api_host
     api_guard = request.get("api_guard")
-    inputs.api_guard = False if api_guard is None else boolean(api_guard, request.label("api_guard"))
+    inputs.api_guard = True if api_guard is None else boolean(api_guard, request.label("api_guard"))
     ray_auth_mode = "token" if request.get("ray_auth") is None else request.get("ray_auth")
     if ray_auth_mode not in RAY_AUTH_MODES:
         raise PlanError(f"{request.label('ray_auth')} must be one of {list(RAY_AUTH_MODES)}, got {ray_auth_mode!r}")

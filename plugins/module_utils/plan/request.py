@@ -98,8 +98,8 @@ INPUTS = (
           "EPLB with expert parallel (default: on when the experts split evenly)"),
     Input("api_host", "vllm_cluster_api_host", "--api-host", "text", "address vLLM's API binds (vllm serve --host)"),
     Input("api_guard", "vllm_cluster_api_guard", "--api-guard", "bool",
-          "vllm-cluster's guard on every route of vLLM's API server (vllm serve --middleware; docs/security.md)",
-          default=False),
+          "vllm-cluster's guard on every route of vLLM's API server (vllm serve --middleware; docs/security.md); "
+          "on by default", default=True),
     Input("ray_auth", "vllm_cluster_ray_auth", "--ray-auth", "choice",
           "Ray's authentication, set on every Ray node: token (the default; one token per deployment, "
           "vllm_cluster_ray_auth_token) or disabled (docs/security.md)", RAY_AUTH_MODES, default="token"),
