@@ -300,7 +300,8 @@ def build_policy(*, table: str, plan: dict, api_cidrs: list, scope: str = "deplo
     ruleset = render_ruleset(
         table=table, cluster_addresses=addresses, api_port=api_ports[0] if len(api_ports) == 1 else api_ports,
         api_cidrs=api_cidrs, protected=spans, client_ports=clients, api_from_cidrs=api_from_cidrs,
-        admin_addresses=admin_addresses, comment=(f"vllm-cluster firewall of deployment{'s' if len(plans) > 1 else ''} {names} "
+        admin_addresses=admin_addresses,
+        comment=(f"vllm-cluster firewall of deployment{'s' if len(plans) > 1 else ''} {names} "
                  "(managed; edits are lost).\n"
                  f"Cluster nodes (scope {scope}): {hosts}."))
     cluster_v4, cluster_v6 = split_networks(addresses, "cluster node address")
