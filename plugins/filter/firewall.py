@@ -37,13 +37,8 @@ def firewall_trusted_addresses(groups, hostvars, group_names, plan, extra=None):
 
 def firewall_api_mode(setting, plan, groups, hostvars, router_group="vllm_router"):
     """``clients`` or ``router``: ``auto`` is ``router`` when a host of ``router_group`` fronts the plan's deployment."""
-    routers = []
-    for host in groups.get(router_group) or []:
-        variables = hostvars[host] if host in hostvars else {}
-        routers.append({"host": host, "address": inventory_address(host, variables) or "?",
-                        "deployments": variables.get("vllm_router_deployments") or []})
     try:
-        fronted = front.front_url(plan or {}, routers) is not None
+        fronted = front.front_url(plan or {}, front.routers_of(groups, hostvars, router_group)) is not None
         return nft_policy.api_mode(str(setting), fronted)
     except (RouterError, nft_policy.FirewallError) as exc:
         raise AnsibleFilterError(str(exc)) from exc

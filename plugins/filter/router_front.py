@@ -12,14 +12,8 @@ from ansible_collections.vllm_ops.cluster.plugins.module_utils.router.workers im
 
 def router_front_url(plan, groups, hostvars, group="vllm_router"):
     """The URL of the router that fronts ``plan``'s deployment, '' when none does."""
-    routers = []
-    for host in groups.get(group) or []:
-        variables = hostvars[host] if host in hostvars else {}
-        routers.append({"host": host, "address": front.inventory_address(host, variables),
-                        "port": variables.get("vllm_router_port") or 8080,
-                        "deployments": variables.get("vllm_router_deployments") or []})
     try:
-        return front.front_url(plan, routers) or ""
+        return front.front_url(plan, front.routers_of(groups, hostvars, group)) or ""
     except RouterError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

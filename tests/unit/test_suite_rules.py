@@ -6,21 +6,25 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 
 
-def run_pytest(tmp_path, body):
+def run_pytest(tmp_path, body, *extra):
     (tmp_path / "test_planted.py").write_text("import pytest\n\n" + body)
     env = dict(os.environ, PYTHONPATH=str(TESTS))
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_rules", "-q", "-p", "no:cacheprovider",
-                           str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
-                          check=False)
+                           *extra, str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env=env, check=False)
 
 
-def test_a_skipped_test_fails_the_run_and_is_named(tmp_path):
+# scripts/test runs the unit layer on every core (pytest-xdist): the rule must hold there too.
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_a_skipped_test_fails_the_run_and_is_named(tmp_path, workers):
     result = run_pytest(tmp_path, "def test_ok():\n    assert 1\n\n"
-                                  "def test_owed():\n    pytest.skip('needs a GPU')\n")
+                                  "def test_owed():\n    pytest.skip('needs a GPU')\n", *workers)
     assert result.returncode == 1, result.stdout
     assert "skipped or xfailed tests fail this suite" in result.stdout
     assert "test_planted.py::test_owed" in result.stdout and "needs a GPU" in result.stdout

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.launch import DEFAULT_PORTS
 
@@ -342,8 +343,6 @@ def api_mode(setting: str, fronted: bool) -> str:
 def source_address(destination: str, port: int = 22, opener=None) -> str:
     """The address this machine sends from to reach ``destination`` (the kernel's route choice; a UDP socket's
     connect sends no packet). ``opener(family)``: a socket factory, for tests."""
-    import socket
-
     try:
         family, _, _, _, sockaddr = socket.getaddrinfo(str(destination), int(port), type=socket.SOCK_DGRAM)[0]
     except (OSError, IndexError) as exc:

@@ -48,6 +48,17 @@ def front_url(plan, routers):
     return None
 
 
+def routers_of(groups, hostvars, group="vllm_router"):
+    """``[{host, address, port, deployments}]`` of the router group's hosts, in inventory order (front_url's input)."""
+    routers = []
+    for host in groups.get(group) or []:
+        variables = hostvars[host] if host in hostvars else {}
+        routers.append({"host": host, "address": inventory_address(host, variables),
+                        "port": variables.get("vllm_router_port") or 8080,
+                        "deployments": variables.get("vllm_router_deployments") or []})
+    return routers
+
+
 def inventory_address(host, variables):
     """A host's cluster address from its variables: ``vllm_cluster_fabric_address``, else its address in its own
     plan (a node of some deployment), else None."""
