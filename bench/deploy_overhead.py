@@ -57,6 +57,7 @@ VENV = "/opt/vllm-cluster/venv"
 HOME = "/var/lib/vllm-cluster"
 USER = "vllm"
 HAND_UNIT = "vllm-by-hand"
+GUARD_DIR = "/usr/local/lib/vllm-cluster/python"  # roles/vllm_service: vllm_service_api_guard_dir
 START_TIMEOUT_S = 600
 POLL_S = 0.25
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", re.M)
@@ -146,12 +147,20 @@ class Bench:
     def api_key(self) -> str:
         return api_key_path(self.inventory).read_text().strip()
 
-    def wait_first_completion(self, node: str, started: float, process: subprocess.Popen | None = None) -> float:
+    def wait_first_completion(self, node: str, started: float, process: subprocess.Popen | None = None,
+                              by_hand: list[str] = ()) -> float:
+        checked = time.monotonic()
         while time.monotonic() - started < START_TIMEOUT_S:
             if self.completion_ok(node):
                 return time.monotonic() - started
             if process is not None and process.poll() is not None and process.returncode != 0:
                 raise RuntimeError(f"deploy.yml exited {process.returncode} before a completion answered")
+            if by_hand and time.monotonic() - checked > 5:  # a by-hand start that died is not waited for
+                checked = time.monotonic()
+                for host in by_hand:
+                    if self.ssh(host, f"systemctl is-failed --quiet {HAND_UNIT}", check=False).returncode == 0:
+                        tail = self.ssh(host, f"journalctl -u {HAND_UNIT} -n 15 --no-pager", check=False).stdout
+                        raise RuntimeError(f"{host}: the by-hand start failed:\n{tail}")
             time.sleep(POLL_S)
         raise RuntimeError(f"no completion from {node} within {START_TIMEOUT_S}s")
 
@@ -171,6 +180,10 @@ class Bench:
         for node in reversed(plan["nodes"]):  # workers first, as an operator would
             # A transient unit: the same command an operator would type, detached from the SSH session.
             env = " ".join(shlex.quote(f"--setenv={k}={v}") for k, v in sorted(node["env"].items()))
+            if "vllm_cluster_api_guard.ApiGuard" in node["argv"]:
+                # The plan's API guard (--middleware): its module and the key file, as the unit reads them.
+                key_env = f"{plan['service']['config_dir']}/api-key.env"
+                env += f" --setenv=PYTHONPATH={GUARD_DIR} {shlex.quote(f'--property=EnvironmentFile=-{key_env}')}"
             argv = " ".join(shlex.quote(word) for word in [f"{VENV}/bin/vllm", *node["argv"][1:]])
             command = (f"systemd-run --quiet --unit={HAND_UNIT} --uid={USER} --working-directory={HOME} "
                        f"--setenv=HOME={HOME} {env} -- {argv}")
@@ -179,7 +192,7 @@ class Bench:
             procs.append(subprocess.Popen(argv_ssh, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
         for proc in procs:
             proc.wait(timeout=60)
-        return self.wait_first_completion(plan["nodes"][0]["host"], started)
+        return self.wait_first_completion(plan["nodes"][0]["host"], started, by_hand=[n["host"] for n in plan["nodes"]])
 
     def start_with_deploy(self, plan: dict) -> tuple[float, float]:
         started = time.monotonic()
