@@ -23,6 +23,10 @@ description:
     skips no stage (plugins/module_utils/deploy/health.py).
   - V(absent) removes the stamps of O(stages) before they run again, so a
     stage that fails never keeps an earlier record.
+  - >-
+    V(check) with O(remove_stale) removes the stamps that no longer hold on this node at once (outside check mode),
+    so that V(absent) is needed only where a stage runs although its stamp held. With O(read) it returns the text
+    of those files too (one module run reads the node once).
 options:
   state:
     description: What to do.
@@ -66,6 +70,15 @@ options:
     description: Commands (argv lists) whose exit status and output must stay the same (V(record)).
     type: list
     elements: list
+    default: []
+  remove_stale:
+    description: V(check) - remove the stamps of O(stages) that exist but no longer hold (not in check mode).
+    type: bool
+    default: false
+  read:
+    description: V(check) - files whose text to return in RV(files) (a missing one is V(null)).
+    type: list
+    elements: path
     default: []
   dir:
     description: Where the stamps live.
@@ -124,9 +137,15 @@ health_problems:
   type: list
   elements: str
   sample: ["vllm.service processes stopped (pids 4312, 4377 in state T)"]
+files:
+  description: V(check) - the text of each file of O(read), V(null) where it does not exist.
+  returned: state=check
+  type: dict
 removed:
-  description: V(absent) - the stamp files removed (or that would be, in check mode).
-  returned: state=absent
+  description: >-
+    V(absent) - the stamp files removed (or that would be, in check mode); V(check) with O(remove_stale) - the stale
+    ones removed (none in check mode).
+  returned: state=absent, or state=check with remove_stale
   type: list
   elements: str
 """
@@ -167,6 +186,14 @@ def run(argv):
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def read_text(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
 def read_stamp(path):
     try:
         with open(path, encoding="utf-8") as handle:
@@ -189,6 +216,8 @@ def main():
             "health_units": {"type": "list", "elements": "str", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
             "probes": {"type": "list", "elements": "list", "default": []},
+            "remove_stale": {"type": "bool", "default": False},
+            "read": {"type": "list", "elements": "path", "default": []},
             "dir": {"type": "path", "default": "/etc/vllm-cluster/stages"},
         },
         required_if=[("state", "record", ("stage", "digest")), ("state", "check", ("digest",))],
@@ -216,7 +245,7 @@ def main():
                     return stage, {"reasons": [f"evidence unreadable: {error}"],
                                    "recorded_at": stamp.get("recorded_at")}
             return stage, {"reasons": differences(stamp, params["digest"], current),
-                           "recorded_at": (stamp or {}).get("recorded_at")}
+                           "recorded_at": (stamp or {}).get("recorded_at"), "exists": stamp is not None}
 
         def read_unit(unit):
             return (unit, *run(["systemctl", "show", "-p", ",".join(UNIT_PROPERTIES), "--", unit]))
@@ -231,7 +260,19 @@ def main():
             if rc != 0:
                 module.fail_json(msg=f"host {host}: systemctl show {unit} exited {rc}: {err.strip()}")
             units[unit] = unit_health(out)
-        module.exit_json(changed=False, stages=report, health=units, health_problems=node_problems(units))
+        # A stamp that no longer holds is of no use to any later run; removed now, the stage's own run has none to
+        # clear (a stage that fails keeps no record). Not a change: the node's deployment is as it was.
+        stale = [stamp_path(stage) for stage, entry in report.items() if entry.pop("exists") and entry["reasons"]]
+        removed = []
+        if params["remove_stale"] and not module.check_mode:
+            for path in stale:
+                try:
+                    os.remove(path)
+                    removed.append(path)
+                except FileNotFoundError:
+                    pass
+        module.exit_json(changed=False, stages=report, health=units, health_problems=node_problems(units),
+                         files={path: read_text(path) for path in params["read"]}, removed=removed)
 
     if params["state"] == "absent":
         removed = [stamp_path(stage) for stage in params["stages"] if os.path.lexists(stamp_path(stage))]

@@ -245,3 +245,45 @@ def test_an_unhealthy_deployment_skips_nothing_and_the_summary_names_each_findin
     # A stage that runs anyway needs no completion: nothing more to ask.
     gone = dict(held, preflight={"reasons": ["no record of a completed run"], "recorded_at": None})
     assert stages_filter({"node1": gone}, health={"node1": []})["probe"] is False
+
+
+def run_tasks(tmp_path, tasks):
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    proc = subprocess.run(
+        [str(ANSIBLE.with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={MODULE_PYTHON}", str(playbook)],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return {t["task"]["name"]: t["hosts"]["localhost"] for t in json.loads(proc.stdout)["plays"][0]["tasks"]}
+
+
+def test_the_check_removes_only_stamps_that_no_longer_hold_and_reads_the_files_asked(tmp_path):
+    env, plan = tmp_path / "vllm.env", tmp_path / "plan.json"
+    env.write_text("A=1\n")
+    plan.write_text('{"tp": 2}\n')
+    stamp_dir = tmp_path / "stages"
+    common = {"dir": str(stamp_dir)}
+    check = dict(common, stages=["runtime", "vllm", "verify"], digest="d1", remove_stale=True,
+                 read=[str(plan), str(tmp_path / "missing.json")])
+    result = run_tasks(tmp_path, [
+        {"name": "record vllm", "vllm_ops.cluster.stage_stamp": dict(
+            common, state="record", stage="vllm", digest="d1", paths=[str(env)])},
+        {"name": "record runtime", "vllm_ops.cluster.stage_stamp": dict(
+            common, state="record", stage="runtime", digest="d1", paths=[str(plan)])},
+        {"name": "edit", "ansible.builtin.copy": {"content": "A=2\n", "dest": str(env)}},
+        {"name": "check in check mode", "check_mode": True, "vllm_ops.cluster.stage_stamp": check},
+        {"name": "stale kept in check mode", "ansible.builtin.stat": {"path": str(stamp_dir / "vllm.json")}},
+        {"name": "check", "vllm_ops.cluster.stage_stamp": check},
+        {"name": "check again", "vllm_ops.cluster.stage_stamp": check},
+    ])
+    assert result["check in check mode"]["removed"] == [] and result["stale kept in check mode"]["stat"]["exists"]
+    # vllm's stamp no longer holds (its file changed): removed; runtime's holds: kept; verify never had one.
+    assert result["check"]["stages"]["vllm"]["reasons"] == [f"{env} changed"]
+    assert result["check"]["removed"] == [str(stamp_dir / "vllm.json")] and not result["check"]["changed"]
+    assert sorted(p.name for p in stamp_dir.iterdir()) == ["runtime.json"]
+    assert result["check"]["stages"]["runtime"]["reasons"] == []
+    assert result["check again"]["stages"]["vllm"]["reasons"] == ["no record of a completed run"]
+    assert result["check again"]["removed"] == []
+    assert result["check"]["files"] == {str(plan): '{"tp": 2}\n', str(tmp_path / "missing.json"): None}
