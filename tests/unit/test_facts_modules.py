@@ -29,6 +29,19 @@ IB = FIXTURES / "ib" / "public"
 ANSIBLE = Path(sys.executable).with_name("ansible")
 # Nodes run Python 3.11 (Debian 12); run the modules there when this machine has it.
 MODULE_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+
+
+def run_local_tasks(tmp_path: Path, tasks: list) -> dict:
+    """Run tasks through ansible-playbook on localhost with the nodes' Python; each task's result by its name."""
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    proc = subprocess.run(
+        [str(ANSIBLE.with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={MODULE_PYTHON}", str(playbook)],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return {t["task"]["name"]: t["hosts"]["localhost"] for t in json.loads(proc.stdout)["plays"][0]["tasks"]}
 HOST = socket.gethostname()
 
 

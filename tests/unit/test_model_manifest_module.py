@@ -4,12 +4,11 @@ in-process and once through Ansible (AnsiballZ ships module_utils/model to the n
 import hashlib
 import json
 import os
-import subprocess
 
 import pytest
 from ansible.module_utils import basic
 from ansible_collections.vllm_ops.cluster.plugins.modules import model_manifest
-from test_facts_modules import ANSIBLE, MODULE_PYTHON, REPO
+from test_facts_modules import run_local_tasks
 
 NODE = "node-b"
 
@@ -107,15 +106,7 @@ def test_through_ansible_on_the_nodes_python(model, tmp_path):
         {"name": "corrupt", "ansible.builtin.copy": {"dest": str(model / "config.json"), "content": "{}\n"}},
         {"name": "verify again", "vllm_ops.cluster.model_manifest": common, "ignore_errors": True},
     ]
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-    proc = subprocess.run(
-        [str(ANSIBLE.with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={MODULE_PYTHON}", str(playbook)],
-        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
-        env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    result = {t["task"]["name"]: t["hosts"]["localhost"] for t in json.loads(proc.stdout)["plays"][0]["tasks"]}
+    result = run_local_tasks(tmp_path, tasks)
     assert result["build"]["changed"] and result["verify"]["problems"] == []
     assert result["verify"]["digest"] == result["build"]["digest"] == json.loads(manifest.read_text())["digest"]
     failed = result["verify again"]

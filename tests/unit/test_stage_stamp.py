@@ -6,7 +6,7 @@ import subprocess
 
 from ansible_collections.vllm_ops.cluster.plugins.filter.stage_stamp import stages_to_run as stages_filter
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.deploy import stage_stamp as stamps
-from test_facts_modules import ANSIBLE, MODULE_PYTHON, REPO
+from test_facts_modules import REPO, run_local_tasks
 
 
 def run(argv):
@@ -163,15 +163,7 @@ def test_the_module_records_checks_and_clears_through_ansible(tmp_path):
         {"name": "record after the clear", "vllm_ops.cluster.stage_stamp": dict(
             common, state="record", stage="vllm", digest="d2", paths=[str(env)])},
     ]
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-    proc = subprocess.run(
-        [str(ANSIBLE.with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={MODULE_PYTHON}", str(playbook)],
-        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
-        env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    result = {t["task"]["name"]: t["hosts"]["localhost"] for t in json.loads(proc.stdout)["plays"][0]["tasks"]}
+    result = run_local_tasks(tmp_path, tasks)
     assert result["record in check mode"]["changed"] and result["record"]["changed"]
     assert not result["record again"]["changed"]
     assert result["check"]["stages"]["vllm"]["reasons"] == []
@@ -247,18 +239,6 @@ def test_an_unhealthy_deployment_skips_nothing_and_the_summary_names_each_findin
     assert stages_filter({"node1": gone}, health={"node1": []})["probe"] is False
 
 
-def run_tasks(tmp_path, tasks):
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-    proc = subprocess.run(
-        [str(ANSIBLE.with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={MODULE_PYTHON}", str(playbook)],
-        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
-        env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    return {t["task"]["name"]: t["hosts"]["localhost"] for t in json.loads(proc.stdout)["plays"][0]["tasks"]}
-
-
 def test_the_check_removes_only_stamps_that_no_longer_hold_and_reads_the_files_asked(tmp_path):
     env, plan = tmp_path / "vllm.env", tmp_path / "plan.json"
     env.write_text("A=1\n")
@@ -267,7 +247,7 @@ def test_the_check_removes_only_stamps_that_no_longer_hold_and_reads_the_files_a
     common = {"dir": str(stamp_dir)}
     check = dict(common, stages=["runtime", "vllm", "verify"], digest="d1", remove_stale=True,
                  read=[str(plan), str(tmp_path / "missing.json")])
-    result = run_tasks(tmp_path, [
+    result = run_local_tasks(tmp_path, [
         {"name": "record vllm", "vllm_ops.cluster.stage_stamp": dict(
             common, state="record", stage="vllm", digest="d1", paths=[str(env)])},
         {"name": "record runtime", "vllm_ops.cluster.stage_stamp": dict(
