@@ -143,9 +143,9 @@ files:
   type: dict
 removed:
   description: >-
-    V(absent) - the stamp files removed (or that would be, in check mode); V(check) with O(remove_stale) - the stale
-    ones removed (none in check mode).
-  returned: state=absent, or state=check with remove_stale
+    V(absent) - the stamp files removed (or that would be, in check mode); V(check) - the stale ones removed with
+    O(remove_stale) (none without it, none in check mode).
+  returned: state=absent or state=check
   type: list
   elements: str
 """
