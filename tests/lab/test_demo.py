@@ -77,7 +77,8 @@ def test_every_request_uses_the_plans_served_name_and_gets_its_tokens(demo):
         assert line, (request, output[-3000:])
         assert int(line["tokens"]) == MAX_TOKENS
         if request.startswith("streamed"):
-            assert int(line["chunks"]) >= MAX_TOKENS  # one delta per token, then the usage chunk
+            # The role, content deltas, the usage chunk; vLLM merges deltas when its API server falls behind.
+            assert int(line["chunks"]) >= 3
 
 
 def test_the_demos_last_step_fails_on_a_name_vllm_does_not_serve(demo):

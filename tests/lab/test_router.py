@@ -228,7 +228,9 @@ def test_chat_and_streamed_chat_answer_through_the_router_and_on_a_replica(front
         assert completion["model"] == chat["model"] == stream["model"] == DEPLOYMENT, base_url
         assert completion["tokens"] == chat["tokens"] == stream["tokens"] == 8, (base_url, completion, chat, stream)
         assert chat["role"] == "assistant", (base_url, chat)
-        assert stream["chunks"] >= 8, (base_url, stream)  # one delta per token, then the usage chunk
+        # A stream, not one answer: the role, content deltas, the usage chunk. Not one delta per token: vLLM merges
+        # the deltas its API server has not sent yet when it falls behind the engine (RequestOutputCollector).
+        assert stream["chunks"] >= 3, (base_url, stream)
 
 
 def test_a_request_without_the_key_is_refused_with_401(front, runs):
