@@ -159,3 +159,38 @@ def test_the_record_writes_the_evidence_the_stage_role_declares(tmp_path):
     assert list(written["evidence"]["probes"]) == [f"cat {probe}"]
     # A stage converged.yml skipped ends its play before the role.
     assert play("-e", '{"vllm_cluster_stages_skipped": ["verify"]}') == []
+
+
+def test_a_deployment_that_lost_a_node_stops_on_its_other_nodes_and_other_deployments_go_on(tmp_path):
+    # Three local hosts: a and b form one deployment, c another; a fails in the first play. The stage play after
+    # it runs one serial batch per deployment, as the fleet's stage plays do. Would fail if the skip let b run a
+    # stage without a (a wait, then a second error), or ended c's deployment too.
+    inventory = tmp_path / "hosts.yml"
+    deployments = {"a": ["a", "b"], "b": ["a", "b"], "c": ["c"]}
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
+        name: {"ansible_connection": "local", "ansible_python_interpreter": MODULE_PYTHON,
+               "vllm_cluster_deployment_hosts": hosts} for name, hosts in deployments.items()}}}))
+    playbook = tmp_path / "stages.yml"
+    playbook.write_text(yaml.safe_dump([
+        {"hosts": "all", "gather_facts": False,
+         "tasks": [{"name": "An earlier stage fails on a", "ansible.builtin.fail": {"msg": "broken"},
+                    "when": "inventory_hostname == 'a'"}]},
+        {"hosts": "all", "gather_facts": False, "serial": [2, 1], "vars": {"deploy_stage_name": "runtime"},
+         "pre_tasks": [{"ansible.builtin.import_role": {"name": "vllm_ops.cluster.deploy_stage", "tasks_from": "skip"}}],
+         "tasks": [{"name": "The stage's role", "ansible.builtin.debug": {"msg": "ran"}}]},
+    ]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    result = subprocess.run([ANSIBLE_PLAYBOOK, str(playbook), "-i", str(inventory)], capture_output=True, text=True,
+                            timeout=120, cwd=REPO, env=env, check=False)
+    assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-2000:]
+    ran, said = [], []
+    stage_tasks = [task for play in json.loads(result.stdout)["plays"][1:] for task in play["tasks"]]  # a play per batch
+    for task in stage_tasks:
+        for host, outcome in task["hosts"].items():
+            if task["task"]["name"] == "The stage's role":
+                ran.append(host)
+            elif outcome.get("msg") and not outcome.get("skipped"):
+                said.append(outcome["msg"])
+    assert ran == ["c"]
+    assert said == ["runtime does not run on b: a of the same deployment failed or was unreachable earlier in this run "
+                    "(its error above); fix that and run deploy.yml again"]
