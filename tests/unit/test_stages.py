@@ -68,6 +68,14 @@ def test_deploy_yml_imports_the_table_in_order_each_under_its_tag():
     assert imports[2:] == expected
 
 
+def role_tags(role):
+    """Every tag the role's main.yml puts on its phases, in order."""
+    tags = []
+    for task in load(f"roles/{role}/tasks/main.yml"):
+        tags += [tag for tag in task.get("tags", []) if tag not in tags]
+    return tags
+
+
 def _plays_with_stage(playbook):
     return [play for play in load(playbook) if "deploy_stage_name" in (play.get("vars") or {})]
 
@@ -86,7 +94,12 @@ def test_every_stage_playbook_skips_runs_its_role_and_records_the_same_way(stage
     assert final["post_tasks"][-1]["ansible.builtin.import_role"] == {"name": "vllm_ops.cluster.deploy_stage",
                                                                       "tasks_from": "record"}
     if stage.role:
-        assert {"role": f"vllm_ops.cluster.{stage.role}"}.items() <= final["roles"][-1].items()
+        # Included in tasks, not listed under roles (a skipped stage costs no parse of its role), public so that
+        # the record reads the role's evidence, and tagged with the role's own tags so --tags <role>_<phase> works.
+        assert "roles" not in final, stage.playbook
+        task = final["tasks"][-1]
+        assert task["ansible.builtin.include_role"] == {"name": f"vllm_ops.cluster.{stage.role}", "public": True}
+        assert task["tags"] == role_tags(stage.role), stage.playbook
     else:  # the launch slot: the mode's role, made public so that the record reads its evidence
         include = final["tasks"][0]["ansible.builtin.include_role"]
         assert include["name"] == "vllm_ops.cluster.{{ __launch['stage_role'] }}" and include["public"] is True
