@@ -317,3 +317,16 @@ def test_the_plan_never_reads_facts_cached_by_an_earlier_run(tmp_path):
     # HCAs come from the one declaration nccl_network writes and checks too.
     declared = plan_env({"gpu-a": node(["mlx5_0:1", "mlx5_1:1"])}, stale)
     assert declared["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1" and "NCCL_IB_DISABLE" not in declared
+
+
+def test_a_limit_without_localhost_is_named_before_any_node_is_contacted():
+    # plan.yml plans on the controller: a --limit of nodes only leaves it out. Would fail if deploy.yml went on to
+    # "vllm_cluster_plan is undefined" in the converged check, or contacted the node (192.0.2.0/24 answers nothing).
+    inventory = EXAMPLES / "tp-70b-4xa100"
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    result = subprocess.run([str(ANSIBLE_PLAYBOOK), str(REPO / "deploy.yml"), "-i", str(inventory), "--limit", "gpu-a"],
+                            capture_output=True, text=True, timeout=120, cwd=REPO, env=env, check=False)
+    assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-2000:]
+    assert ("hosts gpu-a have no plan: plan.yml computes it on localhost, which --limit gpu-a leaves out: add it, "
+            "as in --limit 'gpu-a,localhost'") in result.stdout, result.stdout[-3000:]
+    assert "unreachable=0" in result.stdout and "is undefined" not in result.stdout + result.stderr
