@@ -207,3 +207,15 @@ def test_a_deployment_that_lost_a_node_stops_on_its_other_nodes_and_other_deploy
     assert ran == ["c"]
     assert said == ["runtime does not run on b: a of the same deployment failed or was unreachable earlier in this run "
                     "(its error above); fix that and run deploy.yml again"]
+
+
+@pytest.mark.parametrize("role", ["gpu_preflight", "nccl_network", "node_firewall", "vllm_service"])
+def test_a_phase_tag_alone_also_runs_the_preflight_whose_facts_it_reads(role):
+    # `deploy.yml --tags node_firewall_verify` ran the verify phase alone, which failed on the policy the
+    # preflight builds ('__node_firewall_policy' is undefined). The preflight carries every phase tag of its role.
+    first = load(f"roles/{role}/tasks/main.yml")[0]
+    assert f"{role}_preflight" in first["tags"], first
+    assert first["tags"] == role_tags(role), first
+    apply = (first.get("ansible.builtin.include_tasks") or {}).get("apply")
+    if apply:
+        assert apply["tags"] == role_tags(role), first
