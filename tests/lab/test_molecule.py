@@ -38,8 +38,9 @@ def scenario_recap(output: str) -> dict[str, dict[str, int]]:
     section = plain.rsplit("SCENARIO RECAP", 1)[-1]
     recap: dict[str, dict[str, int]] = {}
     for name, counters in re.findall(r"^(\w+)\s+:\s+(.+)$", section, flags=re.MULTILINE):
+        counts = recap.setdefault(name, {})
         for key, value in re.findall(r"(\w+)=(\d+)", counters):
-            recap.setdefault(name, {})[key] = recap.get(name, {}).get(key, 0) + int(value)
+            counts[key] = counts.get(key, 0) + int(value)
     return recap
 
 

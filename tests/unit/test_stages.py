@@ -76,6 +76,15 @@ def role_tags(role):
     return tags
 
 
+def run_playbook(playbook, *args):
+    """ansible-playbook with the project's config and the JSON callback: (exit status, the run's plays)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    result = subprocess.run([ANSIBLE_PLAYBOOK, str(playbook), *args], capture_output=True, text=True, timeout=120,
+                            cwd=REPO, env=env, check=False)
+    assert result.stdout.lstrip().startswith("{"), result.stdout[-3000:] + result.stderr[-2000:]
+    return result.returncode, json.loads(result.stdout)["plays"]
+
+
 def _plays_with_stage(playbook):
     return [play for play in load(playbook) if "deploy_stage_name" in (play.get("vars") or {})]
 
@@ -154,11 +163,9 @@ def test_the_record_writes_the_evidence_the_stage_role_declares(tmp_path):
     }]))
 
     def play(*extra):
-        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
-        result = subprocess.run([ANSIBLE_PLAYBOOK, str(playbook), "-i", "localhost,", "-c", "local", *extra],
-                                capture_output=True, text=True, timeout=120, cwd=REPO, env=env, check=False)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-        return [task["task"]["name"] for entry in json.loads(result.stdout)["plays"] for task in entry["tasks"]
+        returncode, plays = run_playbook(playbook, "-i", "localhost,", "-c", "local", *extra)
+        assert returncode == 0, plays
+        return [task["task"]["name"] for entry in plays for task in entry["tasks"]
                 if "localhost" in task["hosts"] and not task["hosts"]["localhost"].get("skipped")]
 
     # Outside deploy.yml (no digest) nothing is recorded.
@@ -192,12 +199,10 @@ def test_a_deployment_that_lost_a_node_stops_on_its_other_nodes_and_other_deploy
          "pre_tasks": [{"ansible.builtin.import_role": {"name": "vllm_ops.cluster.deploy_stage", "tasks_from": "skip"}}],
          "tasks": [{"name": "The stage's role", "ansible.builtin.debug": {"msg": "ran"}}]},
     ]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
-    result = subprocess.run([ANSIBLE_PLAYBOOK, str(playbook), "-i", str(inventory)], capture_output=True, text=True,
-                            timeout=120, cwd=REPO, env=env, check=False)
-    assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-2000:]
+    returncode, plays = run_playbook(playbook, "-i", str(inventory))
+    assert returncode == 2, plays
     ran, said = [], []
-    stage_tasks = [task for play in json.loads(result.stdout)["plays"][1:] for task in play["tasks"]]  # a play per batch
+    stage_tasks = [task for play in plays[1:] for task in play["tasks"]]  # a play per batch
     for task in stage_tasks:
         for host, outcome in task["hosts"].items():
             if task["task"]["name"] == "The stage's role":
