@@ -39,6 +39,8 @@ PACKAGES = sorted([
     # mirror, so the image carries them, disabled (DISABLED_UNITS): nothing listens until the role has
     # written their arguments and enables them; its `apt: state=present` is then a no-op.
     "prometheus", "prometheus-node-exporter",
+    # role vllm_router's guard in front of the router (docs/security.md), disabled like Prometheus
+    "haproxy",
 ])
 
 # Timers that would wake up nine idle nodes on two cores for nothing, or reach
@@ -49,7 +51,7 @@ MASKED_UNITS = [
 ]
 
 # Installed for a role, started only by that role (Debian's postinst enables them).
-DISABLED_UNITS = ["prometheus.service", "prometheus-node-exporter.service"]
+DISABLED_UNITS = ["prometheus.service", "prometheus-node-exporter.service", "haproxy.service"]
 
 SSHD_CONFIG = """\
 # vllm-cluster lab node: key-only root login for the controller's Ansible.

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -37,6 +38,7 @@ import pytest
 import yaml
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.bench.profile import bench_argv
 from lab_order import FRONT_MODULES, next_lab_module
+from test_hardening import API_PORT, routes_of_the_running_vllm
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
 
@@ -51,6 +53,7 @@ LIST_WORKERS = "curl -sf --max-time 5 http://127.0.0.1:8080/list_workers"
 ROUTER_METRICS_PORT = 29000
 HEALTH_INTERVAL_S, HEALTH_TIMEOUT_S, FAILURE_THRESHOLD = 5, 3, 2  # the role's defaults
 VICTIM = "node2"
+METRICS_READER = "node3"  # stands for the Prometheus host: the replicas' vllm_service_api_metrics_from
 # The bounded load of the failover test: a fixed number of prompts at a fixed rate, it stops by itself.
 LOAD = {"input_len": 16, "output_len": 8, "num_prompts": 240, "request_rate": 4, "max_concurrency": 4, "seed": 0,
         "num_warmups": 0}
@@ -84,7 +87,8 @@ def front_inventory(lab, tmp_path_factory):
     group_vars.mkdir()
     (group_vars / "vllm_nodes.yml").symlink_to(REPO / "inventories" / "lab" / "group_vars" / "vllm_nodes.yml")
     (group_vars / "replicas.yml").write_text(yaml.safe_dump(
-        {"vllm_cluster_tp": 1, "vllm_cluster_dp": 3, "vllm_cluster_allow_tp_across_nodes": False}))
+        {"vllm_cluster_tp": 1, "vllm_cluster_dp": 3, "vllm_cluster_allow_tp_across_nodes": False,
+         "vllm_service_api_metrics_from": [lab.fabric_address(METRICS_READER)]}))
     (group_vars / "vllm_router.yml").write_text(yaml.safe_dump(
         {"vllm_router_wheelhouse": "/srv/wheelhouse", "vllm_router_policy": "round_robin",
          "vllm_router_port": ROUTER_PORT, "vllm_router_prometheus_port": ROUTER_METRICS_PORT}))
@@ -242,6 +246,105 @@ def test_a_request_without_the_key_is_refused_with_401(front, runs):
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=60)
         assert refused.value.code == 401, (path, refused.value.code)
+
+
+# The router's own routes (vllm-router 0.1.17, read from its binary) beside vLLM's: its admin API and its views.
+ROUTER_ROUTES = [("GET", "/list_workers"), ("GET", "/workers"), ("POST", "/workers"), ("POST", "/add_worker"),
+                 ("POST", "/remove_worker"), ("POST", "/flush_cache"), ("GET", "/get_loads"),
+                 ("GET", "/scheduling/diagnostics"), ("POST", "/start_profile"), ("POST", "/stop_profile"),
+                 ("GET", "/readiness"), ("GET", "/liveness"), ("GET", "/get_server_info"), ("GET", "/get_model_info"),
+                 ("GET", "/health_generate")]
+CLIENT_ADDRESS_OCTET = 250  # on the management network: no node's address, not the controller's (the gateway)
+
+# Run inside the client's network namespace: every (method, url) with no key and with a wrong key; a target whose
+# port does not take a connection within 3 s counts as dropped for all its routes.
+WALK = r"""
+import json, socket, sys, urllib.error, urllib.parse, urllib.request
+def status(method, url, key):
+    request = urllib.request.Request(url, data=b"{}" if method in ("POST", "PUT", "PATCH") else None, method=method)
+    request.add_header("Content-Type", "application/json")
+    if key is not None:
+        request.add_header("Authorization", "Bearer " + key)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError as error:
+        return "refused"
+table = {}
+for base, routes in json.load(sys.stdin).items():
+    where = urllib.parse.urlsplit(base)
+    try:
+        socket.create_connection((where.hostname, where.port), timeout=3).close()
+        reachable = True
+    except OSError:
+        reachable = False
+    for method, path in routes:
+        table[f"{base} {method} {path}"] = ([status(method, base + path, key) for key in (None, "not-the-key")]
+                                             if reachable else ["dropped", "dropped"])
+print(json.dumps(table))
+"""
+
+
+def client_namespace(lab) -> tuple[str, str]:
+    """(netns, address): a network namespace on the lab's management bridge, as a client's host on the clients'
+    network (inside node_firewall_api_allowed_cidrs, neither the controller nor a node of the deployment)."""
+    netns, host_end = f"{lab.name}-client", f"{lab.name}-cm"
+    network = lab.gateway.rsplit(".", 1)[0]
+    address = f"{network}.{CLIENT_ADDRESS_OCTET}"
+    remove_client_namespace(lab)
+    for argv in (["ip", "netns", "add", netns],
+                 ["ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", netns],
+                 ["ip", "link", "set", host_end, "master", f"{lab.name}-mgmt", "up"],
+                 ["ip", "-n", netns, "addr", "add", f"{address}/24", "dev", "eth0"],
+                 ["ip", "-n", netns, "link", "set", "eth0", "up"],
+                 ["ip", "-n", netns, "link", "set", "lo", "up"]):
+        subprocess.run(argv, check=True, capture_output=True, timeout=30)
+    return netns, address
+
+
+def remove_client_namespace(lab) -> None:
+    subprocess.run(["ip", "netns", "del", f"{lab.name}-client"], capture_output=True, timeout=30, check=False)
+    subprocess.run(["ip", "link", "del", f"{lab.name}-cm"], capture_output=True, timeout=30, check=False)
+
+
+def test_a_client_gets_only_health_without_the_key_on_every_route_directly_and_through_the_router(front, runs):
+    """From a client's network namespace, every route the running vLLM registers (read from vLLM's own app in a
+    replica's runtime) and the router's own routes, with no key and with a wrong key: on each replica's API port
+    directly (one door: the firewall drops a client there) and through the router's guard. Only /health answers.
+    /metrics answers the host the replicas allow it to (metrics_from, as the monitoring group's hosts are by
+    default), not a client. Fails when a replica's port takes a client, when the guard forwards an admin route or a
+    route without the key, or when the walk finds none of vLLM's admin routes to try."""
+    lab, _ = front
+    routes = routes_of_the_running_vllm(lab, "node2")
+    assert ("POST", "/tokenize") in routes and ("POST", "/is_scaling_elastic_ep") in routes, routes
+    targets = {f"http://{lab.management_address(node)}:{API_PORT}": routes for node in REPLICAS}
+    targets[router_url(lab)] = routes + ROUTER_ROUTES
+    netns, address = client_namespace(lab)
+    try:
+        walked = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", WALK], input=json.dumps(targets),
+                                capture_output=True, text=True, timeout=1800, check=True)
+    finally:
+        remove_client_namespace(lab)
+    table = json.loads(walked.stdout)
+    print(f"\nfrom a client at {address}: {len(routes)} routes of the running vLLM, {len(ROUTER_ROUTES)} of the "
+          "router; no key / wrong key")
+    for where, statuses in table.items():
+        print(f"{where:88} {statuses[0]!s:>8} {statuses[1]!s:>8}")
+    answered = sorted(where for where, statuses in table.items()
+                      if any(status not in (400, 401, 403, "refused", "dropped") for status in statuses))
+    assert answered == [f"{router_url(lab)} GET /health"], answered
+    direct = {where: statuses for where, statuses in table.items() if not where.startswith(router_url(lab))}
+    assert set(map(tuple, direct.values())) == {("dropped", "dropped")}, "a replica's API port took a client"
+    for method, path in ROUTER_ROUTES[:10]:  # the admin API: 403 whatever the key
+        assert table[f"{router_url(lab)} {method} {path}"] == [403, 403], path
+    # /metrics: the host the replicas allow (node3 here, in metrics_from) reads every replica's; the client read none.
+    for node in REPLICAS:
+        read = lab.ssh(METRICS_READER, f"curl -s -o /dev/null -w '%{{http_code}}' "
+                                       f"http://{lab.fabric_address(node)}:{API_PORT}/metrics", check=False)
+        assert read.stdout.strip() == "200", (node, read.stdout, read.stderr)
+    assert table[f"{router_url(lab)} GET /metrics"] == [403, 403]
 
 
 def test_the_key_is_absent_from_ps_the_journal_and_ansibles_output(front, runs):

@@ -123,9 +123,11 @@ def test_the_unit_is_sandboxed_and_restarts_forever():
 
 
 def test_without_a_key_there_is_no_credential_and_a_low_port_gets_only_the_bind_capability():
-    lines = render_unit(vllm_router_api_key="", vllm_router_port=80).splitlines()
+    lines = render_unit(vllm_router_api_key="", vllm_router_port=80, vllm_router_guard=False).splitlines()
     assert not [line for line in lines if line.startswith(("LoadCredential", "Environment=VLLM_ROUTER_KEY"))]
     assert "AmbientCapabilities=CAP_NET_BIND_SERVICE" in lines and "CapabilityBoundingSet=CAP_NET_BIND_SERVICE" in lines
+    # Behind the guard the router listens on its backend port; the guard (root, then its user) binds port 80.
+    assert "CapabilityBoundingSet=" in render_unit(vllm_router_api_key="", vllm_router_port=80).splitlines()
 
 
 def test_systemds_own_parser_accepts_the_unit_and_rates_its_sandbox(tmp_path):
