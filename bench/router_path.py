@@ -10,7 +10,7 @@ inventories/lab/group_vars with --num-prompts) on the lab host against:
 
 - `direct`: the first replica, on its management address;
 - `router-1`: the router with only that replica (the others taken out with the router's own /remove_worker and
-  put back after the round, also on failure);
+  put back after the round, also on failure; called over SSH on the router host, where its guard lets them pass);
 - `router-N`: the router with every replica;
 
 and, one request at a time (max-concurrency 1, a third of the prompts), `direct` and `router-N` again: a replica
@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -76,22 +77,36 @@ def request(url: str, key: str | None = None, method: str = "GET") -> str:
         return answer.read().decode()
 
 
-def set_workers(router: str, wanted: list[str], every: list[str]) -> None:
-    """The router's workers become `wanted` (its /remove_worker and /add_worker)."""
-    listed = [w["url"] for w in json.loads(request(f"{router}/workers"))["workers"]]
+def router_admin(inventory: Path, router_host: dict, port: int):
+    """A call of the router's admin API on the router host itself (curl over SSH to 127.0.0.1): its guard refuses
+    the admin API to every other host."""
+    nodes = yaml.safe_load((inventory / "hosts.yml").read_text())["all"]["children"]["vllm_nodes"]
+    key_file = nodes["vars"]["ansible_ssh_private_key_file"]
+
+    def call(path: str, method: str = "GET") -> str:
+        argv = ["ssh", "-i", key_file, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "LogLevel=ERROR", f"root@{router_host['management']}",
+                f"curl -sf --max-time 30 -X {method} 'http://127.0.0.1:{port}{path}'"]
+        return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
+    return call
+
+
+def set_workers(admin, wanted: list[str], every: list[str]) -> None:
+    """The router's workers become `wanted` (its /remove_worker and /add_worker, through `admin`)."""
+    listed = [w["url"] for w in json.loads(admin("/workers"))["workers"]]
     for url in every:
         query = urllib.parse.urlencode({"url": url})
         if url in listed and url not in wanted:
-            request(f"{router}/remove_worker?{query}", method="POST")
+            admin(f"/remove_worker?{query}", method="POST")
         elif url not in listed and url in wanted:
-            request(f"{router}/add_worker?{query}", method="POST")
+            admin(f"/add_worker?{query}", method="POST")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        workers = json.loads(request(f"{router}/workers"))["workers"]
+        workers = json.loads(admin("/workers"))["workers"]
         if sorted(w["url"] for w in workers if w.get("is_healthy")) == sorted(wanted):
             return
         time.sleep(1)
-    raise SystemExit(f"the router at {router} did not list exactly {wanted} as healthy within 120 s")
+    raise SystemExit(f"the router did not list exactly {wanted} as healthy within 120 s")
 
 
 def main(argv=None) -> int:
@@ -106,6 +121,7 @@ def main(argv=None) -> int:
     group_vars = args.inventory / "group_vars" / "vllm_router.yml"
     settings = {**defaults, **(yaml.safe_load(group_vars.read_text()) if group_vars.exists() else {})}
     router = f"http://{router_host['management']}:{settings['vllm_router_port']}"
+    admin = router_admin(args.inventory, router_host, settings["vllm_router_port"])
     direct = f"http://{replicas[0]['management']}:8000"
     workers = [f"http://{r['fabric']}:8000" for r in replicas]
     key = (args.inventory / "secrets" / "vllm-api-key").read_text().strip()
@@ -122,12 +138,12 @@ def main(argv=None) -> int:
             for side in order:
                 url, wanted = sides[side]
                 if wanted:
-                    set_workers(router, wanted, workers)
+                    set_workers(admin, wanted, workers)
                 measured[side] = run_load(url, workdir, f"{side}-{index}", args.num_prompts, served=served)
             for side in ("direct", "router-N"):
                 url, wanted = sides[side]
                 if wanted:
-                    set_workers(router, wanted, workers)
+                    set_workers(admin, wanted, workers)
                 measured[f"{side} one at a time"] = run_load(url, workdir, f"{side}-seq-{index}",
                                                              max(args.num_prompts // 3, 8), served=served,
                                                              max_concurrency=1)
@@ -137,7 +153,7 @@ def main(argv=None) -> int:
                 f"{side} TTFT P50 {m['ttft_p50']:.0f} P99 {m['ttft_p99']:.0f} ms, {m['output_throughput']:.0f} tok/s"
                 for side, m in measured.items() if side != "order"), flush=True)
     finally:
-        set_workers(router, workers, workers)
+        set_workers(admin, workers, workers)
     names = [side for side in rounds[0] if side != "order"]
     median = {side: {metric: statistics.median(r[side][metric] for r in rounds)
                      for metric in ("ttft_p50", "ttft_p99", "tpot_p50", "output_throughput")} for side in names}

@@ -9,7 +9,9 @@ with `round_robin` so that every replica is asked in turn; its workers come from
 Proved: deploy.yml and playbooks/router.yml converge and a second run of each changes nothing; the `openai` client
 on the controller gets completions through the router; a request without the key gets 401; every replica's vLLM
 counted requests that came through the router (vLLM's own `vllm:request_success_total` on each node, and the
-router's `vllm_router_processed_requests_total` per worker); the key is in no `ps` line, nowhere in node1's journal
+router's `vllm_router_processed_requests_total` per worker); from a client's network namespace, every route the
+running vLLM registers and the router's own, with no key and a wrong key, are dropped on the replicas' API ports
+and answer nothing but /health through the router's guard; the key is in no `ps` line, nowhere in node1's journal
 and nowhere in Ansible's output (the second router run at -vv). Failover: under a bounded `vllm bench serve` through
 the router (a fixed number of prompts, it stops by itself), SIGKILL of node2's vLLM: the failed requests are
 counted (at most the ones in flight), the router marks node2 unhealthy within its health checks and sends it
@@ -435,7 +437,7 @@ def assert_router_torn_down(lab) -> None:
 
 
 def workers_listed(lab) -> list[str]:
-    """The router's own worker list, asked on the router host (its admin endpoints take no key)."""
+    """The router's own worker list, asked on the router host (its guard passes the host itself, without a key)."""
     shown = lab.ssh(ROUTER_HOST, LIST_WORKERS, check=False).stdout
     try:
         return sorted(json.loads(shown)["urls"])
