@@ -177,6 +177,7 @@ def test_edited_environment_file_is_restored(lab):
     repaired(lab, "environment file edited", check)
 
 
+@pytest.mark.lab_extended  # a stop of both nodes' vLLM and a coordinated start: outside CI's budget (docs/lab.md)
 def test_stopped_and_masked_unit_is_started(lab):
     lab.ssh(WORKER, "systemctl mask --runtime vllm.service && systemctl stop vllm.service")
 
@@ -197,6 +198,7 @@ def stopped_processes(lab, node) -> int:
                              "| grep -c '^[Tt]$' || true").stdout.strip())
 
 
+@pytest.mark.lab_extended  # a coordinated restart of both nodes: outside CI's budget (docs/lab.md)
 def test_frozen_rank_processes_are_restarted(lab):
     lab.ssh(WORKER, "systemctl kill --signal=SIGSTOP vllm.service")
     assert stopped_processes(lab, WORKER) > 0, "SIGSTOP froze no process of the worker's vllm.service"
@@ -288,6 +290,7 @@ def test_node_without_room_for_the_model_is_refused_before_any_copy_then_green_a
     green_after_fix(lab, "no room for the model")
 
 
+@pytest.mark.lab_extended  # the firewall's reload stays in CI with the rule in another table
 def test_rule_dropping_the_controller_in_our_table_is_reloaded_away(lab):
     """A rule that drops only the controller's traffic: the nodes still reach each other (the network stage's
     probe passes); the firewall stamp sees the live table differ, and the stage loads it again."""
