@@ -38,12 +38,16 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def render(tmp_path, has_key=True, **variables):
+def template_env():
+    """The role's templates with the Ansible filters they use."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROLE / "templates"), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True)
-    env.filters["comment"] = lambda text: "# " + text
-    env.filters["bool"] = bool
-    env.filters["regex_escape"] = re.escape
+    env.filters.update(comment=lambda text: "# " + text, bool=bool, regex_escape=re.escape)
+    return env
+
+
+def render(tmp_path, has_key=True, **variables):
+    env = template_env()
     values = {**DEFAULTS, "vllm_router_listen_address": "127.0.0.1", **variables}
     keys = tmp_path / "guard-keys"
     keys.write_text(f"Bearer {KEY}\n")
@@ -181,8 +185,7 @@ def test_the_role_verify_probes_expect_what_the_guard_answers_a_client(guard):
     port, _ = guard
     variables = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
     probes = variables["__vllm_router_guard_probes"]
-    env = jinja2.Environment()
-    env.filters["bool"] = bool
+    env = template_env()
 
     def expect(value):
         return env.from_string(str(value)).render(__vllm_router_has_key=True)
@@ -193,11 +196,8 @@ def test_the_role_verify_probes_expect_what_the_guard_answers_a_client(guard):
 
 
 def test_systemds_own_parser_accepts_the_guards_unit(tmp_path):
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROLE / "templates"), undefined=jinja2.StrictUndefined)
-    env.filters["comment"] = lambda text: "# " + text
-    env.filters["bool"] = bool
     unit = tmp_path / "vllm-router-guard.service"
-    unit.write_text(env.get_template("vllm-router-guard.service.j2").render(
+    unit.write_text(template_env().get_template("vllm-router-guard.service.j2").render(
         ansible_managed="Ansible managed", **DEFAULTS, __vllm_router_guard_config_path="/etc/vllm-router/guard.cfg"))
     text = unit.read_text()
     assert f"ExecStartPre={HAPROXY} -c -f /etc/vllm-router/guard.cfg" in text
