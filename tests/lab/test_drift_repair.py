@@ -3,7 +3,8 @@
 The lab's 2-node mp deployment (TP=2, head node1, headless worker node2), healthy
 and converged (the module before leaves it so). Each case breaks one thing by
 hand, as an operator or another tool would, then runs `deploy.yml` once, as an
-operator's first reflex:
+operator's first reflex; CI makes the eight repairable kinds at once (one
+`deploy.yml`, about a third of their eight runs), `--extended` each alone:
 
 - a repair case passes when deploy.yml exits 0, the broken thing is back as
   declared on the node, and the API answers a completion from the controller;
@@ -141,54 +142,6 @@ def lab(deployed):
     return deployed
 
 
-def test_service_home_chowned_to_root(lab):
-    lab.ssh(HEAD, f"chown root:root {HOME} && chmod 0700 {HOME}")
-
-    def check():
-        owner = lab.ssh(HEAD, f"stat -c '%U %a' {HOME}").stdout.split()
-        return "" if owner[0] == "vllm" else f"{HOME} is owned by {owner[0]} (mode {owner[1]})"
-    repaired(lab, "home owner and mode", check)
-
-
-def test_foreign_dropin_is_removed(lab):
-    lab.ssh(WORKER, f"mkdir -p {DROPIN_DIR} && printf '[Service]\\nCPUQuota=3%%\\n' > {DROPIN_DIR}/50-quota.conf"
-                    " && systemctl daemon-reload")
-
-    def check():
-        paths = lab.ssh(WORKER, "systemctl show -p DropInPaths vllm.service").stdout.strip()
-        quota = lab.ssh(WORKER, "systemctl show -p CPUQuotaPerSecUSec vllm.service").stdout.strip()
-        return "" if "50-quota.conf" not in paths and quota.endswith("infinity") else f"{paths}; {quota}"
-    out = repaired(lab, "foreign drop-in", check)
-    assert "50-quota.conf" in out, "deploy.yml removed the drop-in without naming it"
-
-
-def test_edited_environment_file_is_restored(lab):
-    before = lab.ssh(HEAD, f"sha256sum {ENV_FILE}").stdout.split()[0]
-    invocation = unit(lab, HEAD, "InvocationID")["InvocationID"]
-    lab.ssh(HEAD, f"echo VLLM_LOGGING_LEVEL=DEBUG >> {ENV_FILE}")
-
-    def check():
-        now = lab.ssh(HEAD, f"sha256sum {ENV_FILE}").stdout.split()[0]
-        if now != before:
-            return f"{ENV_FILE} still differs from what the deployment wrote"
-        if unit(lab, HEAD, "InvocationID")["InvocationID"] == invocation:
-            return "vLLM was not restarted onto the restored file"
-        return ""
-    repaired(lab, "environment file edited", check)
-
-
-@pytest.mark.lab_extended  # a stop of both nodes' vLLM and a coordinated start: outside CI's budget (docs/lab.md)
-def test_stopped_and_masked_unit_is_started(lab):
-    lab.ssh(WORKER, "systemctl mask --runtime vllm.service && systemctl stop vllm.service")
-
-    def check():
-        states = [unit(lab, node, "ActiveState")["ActiveState"] for node in (HEAD, WORKER)]
-        masked = unit(lab, WORKER, "UnitFileState")["UnitFileState"]
-        return "" if states == ["active", "active"] and masked == "enabled" else (
-            f"vllm.service is {states} on {HEAD}, {WORKER}; {WORKER}'s unit file state {masked}")
-    repaired(lab, "unit stopped and masked", check)
-
-
 def stopped_processes(lab, node) -> int:
     """How many processes of vllm.service are stopped (state T/t) on node."""
     return int(lab.ssh(node, "cg=$(systemctl show -P ControlGroup vllm.service); "
@@ -196,29 +149,6 @@ def stopped_processes(lab, node) -> int:
                              "do [ -d $d ] && find $d -name cgroup.procs -exec cat {} +; done | sort -u); do "
                              "sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f1; done "
                              "| grep -c '^[Tt]$' || true").stdout.strip())
-
-
-@pytest.mark.lab_extended  # a coordinated restart of both nodes: outside CI's budget (docs/lab.md)
-def test_frozen_rank_processes_are_restarted(lab):
-    lab.ssh(WORKER, "systemctl kill --signal=SIGSTOP vllm.service")
-    assert stopped_processes(lab, WORKER) > 0, "SIGSTOP froze no process of the worker's vllm.service"
-
-    def check():
-        stopped = stopped_processes(lab, WORKER)
-        return "" if stopped == 0 else f"{stopped} of vLLM's processes on {WORKER} are still stopped"
-    out = repaired(lab, "rank processes frozen", check)
-    assert "nothing to do" not in out and f"{WORKER}: vllm.service processes stopped" in out, out[-3000:]
-
-
-@pytest.mark.lab_extended  # the model's kind runs in CI as the corrupted shard below, the stricter case
-def test_model_file_changed_is_restaged(lab):
-    before = lab.ssh(WORKER, f"sha256sum {MODEL_DIR}/config.json").stdout.split()[0]
-    lab.ssh(WORKER, f"echo ' ' >> {MODEL_DIR}/config.json")
-
-    def check():
-        now = lab.ssh(WORKER, f"sha256sum {MODEL_DIR}/config.json").stdout.split()[0]
-        return "" if now == before else f"{MODEL_DIR}/config.json on {WORKER} still differs from the staged model"
-    repaired(lab, "model file changed", check)
 
 
 SHARD = f"{MODEL_DIR}/model.safetensors"
@@ -235,18 +165,152 @@ def manifest_sha256(lab, node, name):
     return next(entry["sha256"] for entry in manifest["files"] if entry["path"] == name)
 
 
-def test_weight_shard_corrupted_in_place_is_restaged(lab):
-    """Same size, one byte changed: the runtime stamp sees the shard changed, the copy from the controller puts
-    it back, and the node's copy is checked against the manifest before vLLM starts again."""
-    expected = manifest_sha256(lab, WORKER, "model.safetensors")
-    flip_one_byte(lab, WORKER, SHARD)
-    assert lab.ssh(WORKER, f"sha256sum {SHARD}").stdout.split()[0] != expected
+# Each kind of drift deploy.yml repairs: break(lab, node) makes it by hand and returns check(), which returns ""
+# once the node is back as declared (else what is still wrong); `says` is what deploy.yml's output must name.
+
+
+def chown_home(lab, node):
+    lab.ssh(node, f"chown root:root {HOME} && chmod 0700 {HOME}")
 
     def check():
-        now = lab.ssh(WORKER, f"sha256sum {SHARD}").stdout.split()[0]
-        return "" if now == expected else f"{SHARD} on {WORKER} has sha256 {now}, the manifest says {expected}"
-    out = repaired(lab, "weight shard corrupted", check)
-    assert "Check the node's copy of the model file by file against the manifest" in out, out[-3000:]
+        owner = lab.ssh(node, f"stat -c '%U %a' {HOME}").stdout.split()
+        return "" if owner[0] == "vllm" else f"{HOME} on {node} is owned by {owner[0]} (mode {owner[1]})"
+    return check
+
+
+def add_foreign_dropin(lab, node):
+    lab.ssh(node, f"mkdir -p {DROPIN_DIR} && printf '[Service]\\nCPUQuota=3%%\\n' > {DROPIN_DIR}/50-quota.conf"
+                  " && systemctl daemon-reload")
+
+    def check():
+        paths = lab.ssh(node, "systemctl show -p DropInPaths vllm.service").stdout.strip()
+        quota = lab.ssh(node, "systemctl show -p CPUQuotaPerSecUSec vllm.service").stdout.strip()
+        return "" if "50-quota.conf" not in paths and quota.endswith("infinity") else f"{node}: {paths}; {quota}"
+    return check
+
+
+def edit_environment_file(lab, node):
+    before = lab.ssh(node, f"sha256sum {ENV_FILE}").stdout.split()[0]
+    invocation = unit(lab, node, "InvocationID")["InvocationID"]
+    lab.ssh(node, f"echo VLLM_LOGGING_LEVEL=DEBUG >> {ENV_FILE}")
+
+    def check():
+        if lab.ssh(node, f"sha256sum {ENV_FILE}").stdout.split()[0] != before:
+            return f"{ENV_FILE} on {node} still differs from what the deployment wrote"
+        if unit(lab, node, "InvocationID")["InvocationID"] == invocation:
+            return f"vLLM on {node} was not restarted onto the restored file"
+        return ""
+    return check
+
+
+def stop_and_mask_unit(lab, node):
+    lab.ssh(node, "systemctl mask --runtime vllm.service && systemctl stop vllm.service")
+
+    def check():
+        states = [unit(lab, each, "ActiveState")["ActiveState"] for each in (HEAD, WORKER)]
+        masked = unit(lab, node, "UnitFileState")["UnitFileState"]
+        return "" if states == ["active", "active"] and masked == "enabled" else (
+            f"vllm.service is {states} on {HEAD}, {WORKER}; {node}'s unit file state {masked}")
+    return check
+
+
+def freeze_rank_processes(lab, node):
+    lab.ssh(node, "systemctl kill --signal=SIGSTOP vllm.service")
+    assert stopped_processes(lab, node) > 0, f"SIGSTOP froze no process of {node}'s vllm.service"
+
+    def check():
+        stopped = stopped_processes(lab, node)
+        return "" if stopped == 0 else f"{stopped} of vLLM's processes on {node} are still stopped"
+    return check
+
+
+def change_model_file(lab, node):
+    before = lab.ssh(node, f"sha256sum {MODEL_DIR}/config.json").stdout.split()[0]
+    lab.ssh(node, f"echo ' ' >> {MODEL_DIR}/config.json")
+
+    def check():
+        now = lab.ssh(node, f"sha256sum {MODEL_DIR}/config.json").stdout.split()[0]
+        return "" if now == before else f"{MODEL_DIR}/config.json on {node} still differs from the staged model"
+    return check
+
+
+def corrupt_weight_shard(lab, node):
+    """Same size, one byte changed: the runtime stamp sees the shard changed, the copy from the controller puts
+    it back, and the node's copy is checked against the manifest before vLLM starts again."""
+    expected = manifest_sha256(lab, node, "model.safetensors")
+    flip_one_byte(lab, node, SHARD)
+    assert lab.ssh(node, f"sha256sum {SHARD}").stdout.split()[0] != expected
+
+    def check():
+        now = lab.ssh(node, f"sha256sum {SHARD}").stdout.split()[0]
+        return "" if now == expected else f"{SHARD} on {node} has sha256 {now}, the manifest says {expected}"
+    return check
+
+
+def drop_the_controller_in_our_table(lab, node):
+    """A rule that drops only the controller's traffic: the nodes still reach each other (the network stage's
+    probe passes); the firewall stamp sees the live table differ, and the stage loads it again."""
+    lab.ssh(node, f"nft insert rule inet vllm_cluster input ip saddr {lab.gateway} tcp dport 8000 drop")
+
+    def check():
+        rules = lab.ssh(node, "nft list table inet vllm_cluster").stdout
+        return "" if f"ip saddr {lab.gateway} tcp dport 8000 drop" not in rules else (
+            f"the hand-added rule is still live on {node}")
+    return check
+
+
+# kind -> (how it is made, the node of its own case, what deploy.yml's output must name; {node} is filled in)
+DRIFTS = {
+    "home owner and mode": (chown_home, HEAD, ()),
+    "foreign drop-in": (add_foreign_dropin, WORKER, ("50-quota.conf",)),
+    "environment file edited": (edit_environment_file, HEAD, ()),
+    "unit stopped and masked": (stop_and_mask_unit, WORKER, ()),
+    "rank processes frozen": (freeze_rank_processes, WORKER, ("{node}: vllm.service processes stopped",)),
+    "model file changed": (change_model_file, WORKER, ()),
+    "weight shard corrupted": (corrupt_weight_shard, WORKER,
+                               ("Check the node's copy of the model file by file against the manifest",)),
+    "rule added to our nftables table": (drop_the_controller_in_our_table, HEAD, ("firewall because {node}:",)),
+}
+# The one run in CI: every kind at once, spread over both nodes so that none hides another (node2's unit is
+# stopped, so its ranks cannot be the frozen ones; the shard and the model file are on different nodes).
+AT_ONCE = {"home owner and mode": HEAD, "foreign drop-in": WORKER, "environment file edited": HEAD,
+           "unit stopped and masked": WORKER, "rank processes frozen": HEAD, "model file changed": HEAD,
+           "weight shard corrupted": WORKER, "rule added to our nftables table": HEAD}
+
+
+def assert_named(out, kind, node):
+    for words in DRIFTS[kind][2]:
+        said = words.format(node=node)
+        assert said in out, f"{kind} on {node}: deploy.yml's output does not name {said!r}:\n{out[-3000:]}"
+
+
+def test_eight_kinds_of_drift_at_once_are_repaired_by_one_run(lab):
+    """The operator's worst morning: eight kinds of drift on both nodes at once, one deploy.yml. Each is checked
+    on its node afterwards, as in its own case below, and the API answers. What would make it fail: one repair
+    undoing or hiding another (a stage skipped because an earlier one restarted vLLM, a check read before the
+    restart), as well as any single kind's failure."""
+    assert set(AT_ONCE) == set(DRIFTS)
+    checks = {kind: DRIFTS[kind][0](lab, node) for kind, node in AT_ONCE.items()}
+    assert not answers(lab, timeout=5)
+
+    def check():
+        return "; ".join(problem for problem in (each() for each in checks.values()) if problem)
+    out = repaired(lab, "eight kinds at once", check)
+    # An unhealthy deployment runs every stage, so no stage's own reason (the firewall's) is printed; the removed
+    # drop-in and the first unhealthy node are.
+    assert "no stage skipped: the deployment is not healthy" in out, out[-3000:]
+    for kind in ("foreign drop-in", "rank processes frozen"):
+        assert_named(out, kind, AT_ONCE[kind])
+
+
+@pytest.mark.lab_extended  # each kind alone, with its own time: CI runs them all at once above (docs/lab.md)
+@pytest.mark.parametrize("kind", DRIFTS)
+def test_each_kind_of_drift_alone_is_repaired(lab, kind):
+    make, node, _ = DRIFTS[kind]
+    check = make(lab, node)
+    out = repaired(lab, kind, check)
+    assert "nothing to do" not in out
+    assert_named(out, kind, node)
 
 
 @pytest.mark.lab_extended  # a refusal, the fix, then green: two runs, outside CI's budget
@@ -288,20 +352,6 @@ def test_node_without_room_for_the_model_is_refused_before_any_copy_then_green_a
     finally:
         lab.ssh(WORKER, f"umount --lazy {MODEL_DIR}", check=False)  # the operator's fix
     green_after_fix(lab, "no room for the model")
-
-
-@pytest.mark.lab_extended  # the firewall's reload stays in CI with the rule in another table
-def test_rule_dropping_the_controller_in_our_table_is_reloaded_away(lab):
-    """A rule that drops only the controller's traffic: the nodes still reach each other (the network stage's
-    probe passes); the firewall stamp sees the live table differ, and the stage loads it again."""
-    lab.ssh(HEAD, f"nft insert rule inet vllm_cluster input ip saddr {lab.gateway} tcp dport 8000 drop")
-    assert not answers(lab, timeout=5)
-
-    def check():
-        rules = lab.ssh(HEAD, "nft list table inet vllm_cluster").stdout
-        return "" if f"ip saddr {lab.gateway} tcp dport 8000 drop" not in rules else "the hand-added rule is still live"
-    out = repaired(lab, "rule added to our nftables table", check)
-    assert "firewall because node1:" in out, out[-3000:]
 
 
 def test_rule_in_another_table_is_named_then_green_after_its_removal(lab):
