@@ -38,7 +38,8 @@ ALLOWED = [re.compile(pattern) for pattern in (
 )]
 # Never shipped, whatever the allow-list says: what a lab, a test run or an operator leaves in the tree.
 FORBIDDEN_TOP = {"tests", "lab", "molecule", "bench", "results", "collections", "scripts", "requirements", ".ci"}
-FORBIDDEN_PARTS = {"secrets", "ssh", "__pycache__", ".hypothesis", ".cache", ".venv", ".venv-runtime", ".git"}
+FORBIDDEN_PARTS = {"secrets", "ssh", "__pycache__", ".hypothesis", ".cache", ".venv", ".venv-runtime", ".venv-mirror",
+                   ".git"}
 FORBIDDEN_NAMES = re.compile(r"^(id_(rsa|dsa|ecdsa|ed25519)(\.pub)?|.*\.(pem|key|p12|pfx|kdbx)|.*api[-_]?key.*"
                              r"|vault[-_]?pass.*|\.vault_pass.*|known_hosts|authorized_keys)$", re.I)
 # Content that is a key: a private key block, a vault, a token with a known prefix, a literal secret value.

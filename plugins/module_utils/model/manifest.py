@@ -24,8 +24,8 @@ CHUNK_BYTES = 8 * 1024 * 1024
 # Threads hashing files at once (disk-bound beyond a few; hashing itself runs outside the GIL).
 DEFAULT_WORKERS = 4
 # Top-level directories that are not the model: huggingface_hub's download state (locks, .incomplete
-# files, metadata with timestamps) and a git checkout's own.
-IGNORED_DIRS = (".cache", ".git")
+# files, metadata with timestamps), a git checkout's own, and model_fetch.py's parts of files cut short.
+IGNORED_DIRS = (".cache", ".git", ".fetch")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
