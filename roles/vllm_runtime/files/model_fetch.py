@@ -50,6 +50,15 @@ class FetchError(Exception):
     pass
 
 
+def inside(name) -> str:
+    """A file name the hub lists, refused unless it is a relative path inside the model directory (a mirror
+    must not make the fetch write elsewhere)."""
+    parts = name.split("/") if isinstance(name, str) else []
+    if not parts or name.startswith("/") or any(part in ("", ".", "..", PARTS) for part in parts) or "\\" in name:
+        raise FetchError(f"the hub lists a file outside the model directory: {name!r}")
+    return name
+
+
 def emit(kind: str, document: dict) -> None:
     print(f"{kind} {json.dumps(document, sort_keys=True)}", flush=True)
 
@@ -79,7 +88,8 @@ class Hub:
         listed = {}
         for sibling in info.get("siblings") or []:
             lfs = sibling.get("lfs") or {}
-            listed[sibling["rfilename"]] = {"size": sibling.get("size", lfs.get("size")), "sha256": lfs.get("sha256")}
+            listed[inside(sibling.get("rfilename"))] = {"size": sibling.get("size", lfs.get("size")),
+                                                        "sha256": lfs.get("sha256")}
         for name, entry in listed.items():
             if entry["size"] is None:
                 entry["size"] = self.head_size(repo_id, commit, name)
@@ -163,7 +173,11 @@ def main(argv: list[str]) -> int:
         emit("error", {"msg": f"revision {args.revision!r} is not a commit id (40 hex digits): pin the model's "
                               "commit, so that every node fetches the same bytes"})
         return 2
-    token = args.token_file.read_text().strip() if args.token_file else None
+    try:
+        token = args.token_file.read_text().strip() if args.token_file else None
+    except OSError as error:
+        emit("error", {"msg": f"cannot read the token file {args.token_file}: {error.strerror}"})
+        return 2
     hub = Hub(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT, token)
     where = f"{args.repo_id}@{args.revision} from {hub.endpoint}"
     try:
