@@ -9,10 +9,10 @@ module: model_manifest
 short_description: Build a model directory's manifest (size and sha256 per file), or verify a directory against it
 version_added: 0.7.0
 description:
-  - V(built) hashes every file under O(path) (the top-level C(.cache) and C(.git) directories are not the model)
-    and returns the manifest in RV(document), written to O(manifest) too when given - each file's relative path,
-    size and sha256, sorted, and the manifest's own digest, which covers only those, so the same bytes give the
-    same digest on every node.
+  - V(built) hashes every file under O(path) (the top-level C(.cache), C(.git) and C(.fetch) directories are not
+    the model) and returns the manifest in RV(document), written to O(manifest) too when given - each file's
+    relative path, size and sha256, sorted, and the manifest's own digest, which covers only those, so the same
+    bytes give the same digest on every node.
   - With O(hub_sha256) (the hub's LFS sha256 per file), V(built) refuses bytes whose sha256 is not the hub's,
     and a file the hub lists that O(path) lacks.
   - V(verified) checks O(path) against the manifest at O(manifest) and fails when a file is missing, short,

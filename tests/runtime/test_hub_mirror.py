@@ -71,9 +71,11 @@ def lines(stdout: str, kind: str) -> list[dict]:
 
 def test_a_pinned_commit_is_fetched_byte_for_byte_with_progress(published, tmp_path):
     source, commit, mirror = published
-    proc = fetch(mirror, commit, tmp_path / "dest", "--interval", "0.01")
+    status = tmp_path / "status.json"
+    proc = fetch(mirror, commit, tmp_path / "dest", "--interval", "0.01", "--status-file", str(status))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = lines(proc.stdout, "result")[-1]
+    assert json.loads(status.read_text()) == {"kind": "result", **result}
     assert result["commit"] == commit
     assert {name: entry["size"] for name, entry in result["files"].items()} == mf.list_files(str(source))
     assert mf.build_manifest(str(tmp_path / "dest"), "node1") == mf.build_manifest(str(source), "controller")
@@ -144,3 +146,19 @@ def test_a_killed_fetch_keeps_its_complete_files_and_the_next_run_completes_the_
         assert resolve_gets(mirror, commit, name) == gets_before[name], f"{name} was fetched again"
     assert not (dest / ".fetch").exists()
     assert mf.build_manifest(str(dest), "node1") == mf.build_manifest(str(source), "controller")
+
+
+def test_the_list_gives_the_sizes_and_what_the_directory_holds_before_any_download(published, tmp_path):
+    """What the room check reads before a byte moves: the total and the bytes already complete in DEST."""
+    source, commit, mirror = published
+    dest = tmp_path / "dest"
+    listed = fetch(mirror, commit, dest, "--list")
+    assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
+    result = lines(listed.stdout, "result")[-1]
+    assert result["bytes"] == sum(mf.list_files(str(source)).values()) and result["complete_bytes"] == 0
+    assert not dest.exists()
+    dest.mkdir()
+    (dest / "config.json").write_bytes((source / "config.json").read_bytes())
+    (dest / "extra-shard.bin").write_bytes(b"cut short")
+    again = lines(fetch(mirror, commit, dest, "--list").stdout, "result")[-1]
+    assert again["complete_bytes"] == (source / "config.json").stat().st_size

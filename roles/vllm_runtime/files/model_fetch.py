@@ -15,7 +15,10 @@ does: the revision's file list from /api/models/<repo>/revision/<commit>, each f
   DEST/.fetch/<path>.part and the next run asks for the rest (an HTTP Range request); a server that ignores
   Range sends the whole file, which then replaces the part.
 - Every --interval seconds one line `progress {json}`: bytes present, total, rate, ETA. The last line is
-  `result {json}` (the commit, each file's size and the hub's LFS sha256 where it gives one) or `error {json}`.
+  `result {json}` (the commit, each file's size and the hub's LFS sha256 where it gives one) or `error {json}`;
+  with --status-file the last of them is also that file, as JSON.
+- --list only lists: each file's size, the total, and the bytes DEST already holds complete (what a room check
+  before any download needs).
 
 Exit 0 on success, 2 on a refused argument, 1 on a failed fetch. The bytes are checked afterwards against the
 model's manifest (module model_manifest), not here.
@@ -59,8 +62,15 @@ def inside(name) -> str:
     return name
 
 
+STATUS: list[Path] = []  # --status-file: where the last line also goes, as JSON (a play polls it)
+
+
 def emit(kind: str, document: dict) -> None:
     print(f"{kind} {json.dumps(document, sort_keys=True)}", flush=True)
+    for path in STATUS:
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(json.dumps({"kind": kind, **document}, sort_keys=True) + "\n")
+        os.replace(temporary, path)
 
 
 class Hub:
@@ -165,7 +175,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("dest", type=Path)
     parser.add_argument("--token-file", type=Path)
     parser.add_argument("--interval", type=float, default=30.0)
+    parser.add_argument("--status-file", type=Path, help="the last progress, result or error line, as JSON")
+    parser.add_argument("--list", action="store_true",
+                        help="only list: each file's size, the total, and the bytes of it DEST already holds")
     args = parser.parse_args(argv)
+    STATUS[:] = [args.status_file] if args.status_file else []
     if not REPO_ID.match(args.repo_id):
         emit("error", {"msg": f"{args.repo_id!r} is not a hub repository id (<org>/<name>)"})
         return 2
@@ -185,6 +199,13 @@ def main(argv: list[str]) -> int:
     except (FetchError, urllib.error.URLError, OSError, ValueError) as error:
         emit("error", {"msg": f"{where}: {error}"})
         return 1
+    total = sum(entry["size"] for entry in files.values())
+    if args.list:
+        complete = sum(entry["size"] for name, entry in files.items()
+                       if (args.dest / name).is_file() and (args.dest / name).stat().st_size == entry["size"])
+        emit("result", {"repo_id": args.repo_id, "commit": args.revision, "files": files, "bytes": total,
+                        "complete_bytes": complete})
+        return 0
     args.dest.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     reporter = threading.Thread(target=report_progress, args=(args.dest, files, args.interval, stop), daemon=True)
@@ -201,8 +222,8 @@ def main(argv: list[str]) -> int:
         stop.set()
         reporter.join(timeout=5)
     shutil.rmtree(args.dest / PARTS, ignore_errors=True)
-    emit("result", {"repo_id": args.repo_id, "commit": args.revision, "files": files,
-                    "bytes": sum(entry["size"] for entry in files.values())})
+    emit("result", {"repo_id": args.repo_id, "commit": args.revision, "files": files, "bytes": total,
+                    "complete_bytes": total})
     return 0
 
 
