@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-# Three vLLM start-ups and three bench runs: 381 s alone on a fresh lab (2026-12-04; 37 minutes once beside
-# four other labs); the bound covers the module's first test, which builds every stage. In CI, right after
-# test_hardening on the default deployment it hands on (tests/lab/lab_order.py).
-pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
+# Three vLLM start-ups and three bench runs (559 s in a clean-clone CI run): extended, outside CI's budget
+# (docs/lab.md). The bound covers the module's first test, which builds every stage. It runs right after
+# test_hardening, on the default deployment it hands on (tests/lab/lab_order.py).
+pytestmark = [pytest.mark.lab, pytest.mark.lab_extended, pytest.mark.timeout(3600)]
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / ".cache" / "models" / "tiny-llama"

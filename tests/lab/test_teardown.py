@@ -5,6 +5,8 @@ test_doctor and test_fleet, before the front family, whose first deploy.yml then
 nothing), so that no later module pays a vLLM start for it. What would make it fail: a --check that stops
 vLLM, a unit, environment, key or plan left behind, the runtime or the converged stamps of the stages
 before vllm removed, the previous plan not kept for doctor.yml, a second teardown that changes something.
+Extended (77 s in a clean-clone CI run): in CI, test_monitoring's last test runs teardown.yml on the front's
+three replicas, the router and Prometheus.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import urllib.request
 
 import pytest
 
-pytestmark = [pytest.mark.lab, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.lab, pytest.mark.lab_extended, pytest.mark.timeout(2400)]
 
 VENV = "/opt/vllm-cluster/venv"
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
