@@ -119,7 +119,7 @@ class Hub:
     def fetch(self, repo_id: str, commit: str, name: str, size: int, dest: Path) -> None:
         """dest/name at its size: kept when there already, else resumed from dest/.fetch/name.part."""
         target = dest / name
-        if target.is_file() and target.stat().st_size == size:
+        if complete(dest, name, size):
             return
         part = dest / PARTS / f"{name}.part"
         part.parent.mkdir(parents=True, exist_ok=True)
@@ -143,6 +143,12 @@ class Hub:
             raise FetchError(f"{name}: {got} bytes arrived, the hub lists {size} (run again to resume)")
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(part, target)
+
+
+def complete(dest: Path, name: str, size: int) -> bool:
+    """DEST holds the file at its listed size (fetched before: kept, never fetched again)."""
+    target = dest / name
+    return target.is_file() and target.stat().st_size == size
 
 
 def bytes_present(dest: Path, files: dict[str, dict]) -> int:
@@ -201,10 +207,9 @@ def main(argv: list[str]) -> int:
         return 1
     total = sum(entry["size"] for entry in files.values())
     if args.list:
-        complete = sum(entry["size"] for name, entry in files.items()
-                       if (args.dest / name).is_file() and (args.dest / name).stat().st_size == entry["size"])
+        held = sum(entry["size"] for name, entry in files.items() if complete(args.dest, name, entry["size"]))
         emit("result", {"repo_id": args.repo_id, "commit": args.revision, "files": files, "bytes": total,
-                        "complete_bytes": complete})
+                        "complete_bytes": held})
         return 0
     args.dest.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
