@@ -21,7 +21,8 @@ description:
   - O(size_only) makes V(verified) the cheap precheck - one stat per file, nothing read.
   - V(room) checks, before anything is copied, that the filesystem that will hold O(path) has room for what
     is still to fetch (the manifest's files not already present at full size) plus a margin, and fails naming
-    the node, the path, the need and the free space. The manifest comes from O(document) or O(manifest).
+    the node, the path, the need and the free space. The manifest comes from O(document) or O(manifest); before
+    any manifest exists (a hub's model not yet fetched), O(sizes) gives the files and their sizes instead.
   - Only reads the model; V(built) writes only O(manifest). Check mode reads and hashes as usual and writes
     nothing (plugins/module_utils/model/manifest.py).
 options:
@@ -41,6 +42,11 @@ options:
     default: verified
   document:
     description: The manifest itself (a V(built) result's RV(document)), for V(room) instead of O(manifest).
+    type: dict
+  sizes:
+    description: >-
+      V(room) - the model's files and their sizes in bytes (C({path: size}), a hub's listing), instead of a
+      manifest: a file already in O(path) at its size is counted as present.
     type: dict
   margin_fraction:
     description: V(room) - the margin kept free, as a fraction of the model's size.
@@ -205,10 +211,23 @@ def summary(path, document):
             "total_bytes": document["total_bytes"]}
 
 
+def listing_document(sizes):
+    """The part of a manifest the room check reads (each file's path and size, the total), from {path: size}."""
+    files = []
+    for path, size in sorted(sizes.items()):
+        if type(size) is not int or size < 0:
+            raise ManifestError(f"the size of {path} must be a whole number of bytes of at least 0, not {size!r}")
+        files.append({"path": path, "size": size})
+    return {"files": files, "total_bytes": sum(entry["size"] for entry in files)}
+
+
 def room(module, node, root, manifest_path):
     params = module.params
     try:
-        document = load_manifest(params["document"]) if params["document"] else read_manifest(manifest_path)
+        if params["sizes"]:
+            document = listing_document(params["sizes"])
+        else:
+            document = load_manifest(params["document"]) if params["document"] else read_manifest(manifest_path)
     except (ManifestError, OSError) as error:
         module.fail_json(msg=f"host {node}: the manifest: {getattr(error, 'strerror', None) or error}")
     if document is None:
@@ -234,12 +253,13 @@ def main():
             "margin_fraction": {"type": "float", "default": DEFAULT_MARGIN_FRACTION},
             "margin_min_bytes": {"type": "int", "default": DEFAULT_MARGIN_MIN_BYTES},
             "node": {"type": "str"},
+            "sizes": {"type": "dict"},
             "hub_sha256": {"type": "dict", "default": {}},
             "size_only": {"type": "bool", "default": False},
             "fail_on_extra": {"type": "bool", "default": False},
             "workers": {"type": "int", "default": 4},
         },
-        required_if=[("state", "verified", ("manifest",)), ("state", "room", ("manifest", "document"), True)],
+        required_if=[("state", "verified", ("manifest",)), ("state", "room", ("manifest", "document", "sizes"), True)],
         supports_check_mode=True,
     )
     params = module.params

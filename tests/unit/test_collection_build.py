@@ -29,7 +29,7 @@ ALLOWED = [re.compile(pattern) for pattern in (
     r"MANIFEST\.json", r"FILES\.json", r"README\.md", r"CHANGELOG\.md", r"LICENSE", r"deploy\.yml",
     r"meta/runtime\.yml", r"meta/variables\.yml",
     r"bin/vllm-cluster", r"bin/vllm-cluster-report",
-    r"plugins/(modules|filter|lookup)/[a-z_]+\.(py|yml)", r"plugins/module_utils/([a-z_]+/)*[a-z_]+\.py",
+    r"plugins/(modules|filter|lookup|action)/[a-z_]+\.(py|yml)", r"plugins/module_utils/([a-z_]+/)*[a-z_]+\.py",
     r"roles/[a-z_]+/(defaults|vars|meta|tasks|handlers|templates|files)/[^/]+",
     r"roles/vllm_monitoring/files/(rules|dashboards)/[^/]+", r"roles/[a-z_]+/README\.md",
     r"playbooks/(tasks/)?[a-z_]+\.yml",

@@ -118,3 +118,18 @@ def test_nonsense_is_refused_with_a_clear_error(given, source, degree, message):
         fo.plan_fanout(given, source, degree=degree)
     with pytest.raises(fo.FanoutError, match="source's fan-out degree"):
         fo.plan_fanout(nodes(2), "controller", source_degree=0)
+
+
+def test_the_filter_gives_the_plan_each_receivers_edge_and_the_table_and_names_the_filter_on_refusal():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.vllm_ops.cluster.plugins.filter.model_fanout import model_fanout
+
+    given = [{"name": name, "address": address} for name, address in nodes(3)]
+    plan = model_fanout(given, "node-01")
+    assert plan["rounds"] == 1 and sorted(plan["sender_of"]) == ["node-02", "node-03"]
+    assert plan["sender_of"]["node-03"]["from_address"] == "10.20.0.1"
+    assert plan["table"][0] == "Fan-out: from node-01, 2 copies in 1 round; each node sends at most 2"
+    with pytest.raises(AnsibleFilterError, match="^model_fanout: the source 'node-09' is neither"):
+        model_fanout(given, "node-09")
+    with pytest.raises(AnsibleFilterError, match="^model_fanout: the nodes must be a list, got dict"):
+        model_fanout({}, "node-01")

@@ -145,6 +145,20 @@ def test_room_counts_only_what_is_still_to_fetch_and_refuses_naming_node_path_an
     assert not failed and complete["remaining_bytes"] == 0 and "nothing to fetch" in complete["msg"]
 
 
+def test_room_from_a_hub_listing_counts_the_files_already_complete_and_refuses_a_bad_size(model, tmp_path,
+                                                                                          monkeypatch, capsys):
+    sizes = {"config.json": 24, "model.safetensors": 50_000, "model-2.safetensors": 70_000}
+    failed, fits = run_module(monkeypatch, capsys, state="room", path=str(model), sizes=sizes, margin_min_bytes=0)
+    # config.json and model.safetensors are there at their listed sizes: only model-2 is still to fetch.
+    assert not failed and fits["remaining_bytes"] == 70_000 and fits["need_bytes"] == 70_000 + 6002
+    failed, refused = run_module(monkeypatch, capsys, state="room", path=str(model),
+                                 sizes={**sizes, "model.safetensors": 60_000}, margin_min_bytes=10 ** 15)
+    assert failed and refused["remaining_bytes"] == 130_000 and "before any download" in refused["msg"]
+    failed, bad = run_module(monkeypatch, capsys, state="room", path=str(model), sizes={"config.json": -1})
+    assert failed and bad["msg"] == f"host {NODE}: the manifest: the size of config.json must be a whole number " \
+                                    "of bytes of at least 0, not -1"
+
+
 def test_room_reads_a_manifest_file_and_refuses_without_one(model, tmp_path, monkeypatch, capsys):
     manifest = tmp_path / "m.json"
     run_module(monkeypatch, capsys, state="built", path=str(model), manifest=str(manifest))
