@@ -267,3 +267,17 @@ def test_the_check_removes_only_stamps_that_no_longer_hold_and_reads_the_files_a
     assert result["check again"]["stages"]["vllm"]["reasons"] == ["no record of a completed run"]
     assert result["check again"]["removed"] == []
     assert result["check"]["files"] == {str(plan): '{"tp": 2}\n', str(tmp_path / "missing.json"): None}
+
+
+def test_a_file_changed_in_a_child_directory_is_seen_and_a_hidden_one_counts_by_its_owner_only(tmp_path):
+    model = tmp_path / "model"
+    (model / "original").mkdir(parents=True)
+    (model / ".fetch").mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "original" / "consolidated.00.pth").write_bytes(b"x" * 100)
+    stamp = stamps.stamp_document("runtime", "d1", stamps.collect_evidence([str(model)], [], [], run),
+                                  "2026-11-30T00:00:00Z")
+    (model / ".fetch" / "part").write_bytes(b"y")  # a transfer's part: not the model
+    assert stamps.differences(stamp, "d1", again(stamp)) == []
+    (model / "original" / "consolidated.00.pth").unlink()
+    assert stamps.differences(stamp, "d1", again(stamp)) == [f"{model}: original changed"]

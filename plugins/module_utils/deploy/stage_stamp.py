@@ -55,8 +55,9 @@ def file_fingerprint(path: str) -> str:
 
 
 def path_fingerprint(path: str):
-    """A file's fingerprint, 'absent', or a directory's own mode:uid:gid and {name: fingerprint} one level deep
-    (a child directory by its mode:uid:gid, not its content)."""
+    """A file's fingerprint, 'absent', or a directory's own mode:uid:gid and {name: fingerprint} of what it holds,
+    child directories included (a model's `original/` shards); a hidden child directory (`.cache`, `.fetch`: a
+    cache, a transfer's parts) counts by its mode:uid:gid only, not its content."""
     if not os.path.lexists(path):
         return "absent"
     if os.path.isdir(path):
@@ -65,8 +66,10 @@ def path_fingerprint(path: str):
             child = os.path.join(path, name)
             if os.path.islink(child):
                 entries[name] = "link:" + os.readlink(child)
-            elif os.path.isdir(child):
+            elif os.path.isdir(child) and name.startswith("."):
                 entries[name] = "dir:" + owner_fingerprint(os.stat(child))
+            elif os.path.isdir(child):
+                entries[name] = path_fingerprint(child)
             else:
                 entries[name] = file_fingerprint(child)
         return {"dir": entries, "owner": owner_fingerprint(os.stat(path))}
