@@ -20,7 +20,7 @@ FRONT_MODULES = ("test_router.py", "test_scale_replicas.py", "test_monitoring.py
 # reads the benchmark's stages when both run.
 MODULE_ORDER = ("test_lab.py", "test_faults_preflight_network.py", "test_demo.py", "test_deploy.py", "test_collection.py",
                 "test_self_healing.py", "test_drift_repair.py", "test_hardening.py", "test_benchmark.py",
-                "test_doctor.py", "test_fleet.py", "test_teardown.py",
+                "test_doctor.py", "test_fleet.py", "test_model_hub.py", "test_teardown.py",
                 *FRONT_MODULES, "test_rolling_change.py",
                 "test_runtime_ray.py", "test_ray_backend.py", "test_doctor_ray.py", "test_molecule.py")
 LAST = MODULE_ORDER.index("test_molecule.py")  # Molecule's destroy ends the shared lab: nothing may follow it
