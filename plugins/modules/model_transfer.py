@@ -94,7 +94,18 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 
 def main():
-    module = AnsibleModule(argument_spec={}, bypass_checks=True)
+    # The action plugin does the work; this spec mirrors DOCUMENTATION for ansible-doc and the sanity test.
+    module = AnsibleModule(argument_spec={
+        "argv": {"type": "list", "elements": "str", "required": True},
+        "dest": {"type": "path", "required": True},
+        "total_bytes": {"type": "int", "default": 0},
+        "unit": {"type": "str", "required": True},
+        "what": {"type": "str"},
+        "env": {"type": "dict", "default": {}},
+        "interval": {"type": "float", "default": 30},
+        "timeout": {"type": "float", "default": 86400},
+        "status_file": {"type": "path"},
+    }, supports_check_mode=True)
     module.fail_json(msg="model_transfer runs as an action plugin on the controller; call it from a play")
 
 
