@@ -162,3 +162,41 @@ def test_the_list_gives_the_sizes_and_what_the_directory_holds_before_any_downlo
     (dest / "extra-shard.bin").write_bytes(b"cut short")
     again = lines(fetch(mirror, commit, dest, "--list").stdout, "result")[-1]
     assert again["complete_bytes"] == (source / "config.json").stat().st_size
+
+
+def plan_from_hub(tmp_path, mirror, commit):
+    """plan.yml on a one-host inventory whose model is only the hub source (no vllm_cluster_model); the host
+    declares its GPU, so no node is contacted."""
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    (inventory / "hosts.yml").write_text(json.dumps({"all": {"children": {"vllm_nodes": {
+        "hosts": {"gpu-a": {"ansible_host": "192.0.2.20", "vllm_cluster_gpus": {
+            "count": 1, "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559, "nvlink": False}}},
+        "vars": {"vllm_cluster_deployment": "tiny", "vllm_cluster_model_path": "/srv/models/tiny",
+                 "vllm_cluster_max_model_len": 512, "vllm_runtime_model_source": f"hub:{REPO_ID}@{commit}",
+                 "vllm_runtime_model_hub_endpoint": mirror.endpoint}}}}}))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": f"{REPO / '.venv' / 'bin'}:/usr/bin:/bin"}
+    return subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "playbooks/plan.yml", "-i", str(inventory),
+                           "-e", f"vllm_cluster_results_dir={tmp_path / 'results'}", "-e", "vllm_cluster_plan_output=true"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_plan_reads_the_config_of_the_pinned_commit_from_the_mirror_before_any_weight_moves(published, tmp_path):
+    source, commit, mirror = published
+    weights_before = resolve_gets(mirror, commit, "model.safetensors")
+    proc = plan_from_hub(tmp_path, mirror, commit)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    config = json.loads((source / "config.json").read_text())
+    plan = json.loads((tmp_path / "results" / "tiny" / "plan.json").read_text())
+    assert plan["model"]["layers"] == config["num_hidden_layers"] and plan["model"]["path"] == "/srv/models/tiny"
+    assert (tmp_path / "results" / "tiny" / "hub" / commit / "config.json").read_bytes() == \
+        (source / "config.json").read_bytes()
+    assert resolve_gets(mirror, commit, "config.json") >= 1
+    assert resolve_gets(mirror, commit, "model.safetensors") == weights_before  # only config.json: no weight moved
+
+
+def test_plan_names_the_url_when_the_mirror_does_not_hold_the_commit(published, tmp_path):
+    _, _, mirror = published
+    proc = plan_from_hub(tmp_path, mirror, "b" * 40)
+    assert proc.returncode != 0
+    assert f"{mirror.endpoint}/{REPO_ID}/resolve/{'b' * 40}/config.json" in proc.stdout, proc.stdout[-3000:]

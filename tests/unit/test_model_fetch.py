@@ -47,3 +47,15 @@ def test_a_refused_argument_exits_2_before_any_request(capsys, tmp_path, repo_id
 def test_a_missing_token_file_is_named_not_a_traceback(capsys, tmp_path):
     code, lines = run(capsys, "org/name", "a" * 40, str(tmp_path / "dest"), "--token-file", str(tmp_path / "none"))
     assert code == 2 and json.loads(lines[0][1])["msg"].startswith(f"cannot read the token file {tmp_path / 'none'}")
+
+
+@pytest.mark.parametrize("endpoint", [None, "", "mirror:8090", "ftp://mirror"])
+def test_no_endpoint_or_one_that_is_not_a_url_is_refused_naming_it(capsys, tmp_path, monkeypatch, endpoint):
+    if endpoint is None:
+        monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    else:
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    code, lines = run(capsys, "org/name", "a" * 40, str(tmp_path / "dest"))
+    msg = json.loads(lines[0][1])["msg"]
+    assert code == 2 and msg.startswith(f"HF_ENDPOINT={endpoint or ''!r}: expected the hub's or the mirror's URL")
+    assert not (tmp_path / "dest").exists()

@@ -269,11 +269,15 @@ def test_the_filter_reads_only_our_names_and_reports_a_broken_template():
     assert found == ["host gpu-a: vllm_cluster_max_model_lenght=<cannot read it: \"'undefined' is undefined\"> is not a "
                      "variable of vllm-cluster; did you mean vllm_cluster_max_model_len?"]
     assert the_filter({"gpu-a": LazyVars({"vllm_cluster_tp": 2, **model})}, "named") == []
+    # A hub source stands for the model: plan.yml reads its commit's config.json.
+    hub = {"vllm_runtime_model_source": "hub:org/name@" + "a" * 40}
+    assert the_filter({"gpu-a": LazyVars(hub)}, "named") == []
     # The filter adds the checks that need more than the specs' names: a planner input's kind, a role's spec (Ansible's
     # validator), the model, and with api_key the key.
     assert the_filter({"gpu-a": LazyVars({"vllm_cluster_tp": "two", "vllm_verify_fail": "maybe"})}, api_key=True) == [
         "host gpu-a: vllm_cluster_model is not set: expected the model to serve, a catalog name, a hub id or a path on "
-        "the controller, set for the deployment's group",
+        "the controller, set for the deployment's group (or vllm_runtime_model_source: hub:<org>/<name>@<commit>, "
+        "whose config.json plan.yml reads)",
         "host gpu-a: vllm_cluster_tp='two': expected an integer (a planner input, plugins/module_utils/plan/request.py)",
         "host gpu-a: vllm_verify_fail='maybe': expected true or false "
         "(role vllm_verify, roles/vllm_verify/meta/argument_specs.yml)",

@@ -375,6 +375,18 @@ def _input_expected(spec, value):
     return None
 
 
+HUB_SOURCE = "vllm_runtime_model_source"
+
+
+def _hub_source(variables) -> bool:
+    """The model comes from a hub's pinned commit (role vllm_runtime): plan.yml reads its config.json there."""
+    try:
+        source = variables[HUB_SOURCE] if HUB_SOURCE in variables else ""
+    except KeyError:
+        return False
+    return isinstance(source, str) and source.startswith("hub:")
+
+
 def input_problems(host_vars):
     """One line per planner input (request.py's INPUTS) of the wrong kind (a word for an integer, an unknown
     choice), and one when no host of the deployment sets the model.
@@ -384,9 +396,10 @@ def input_problems(host_vars):
     """
     problems = []
     model = BY_KEY["model"].variable
-    if host_vars and not any(model in variables for variables in host_vars.values()):
+    if host_vars and not any(model in variables or _hub_source(variables) for variables in host_vars.values()):
         problems.append(f"{_hosts_text(list(host_vars))}: {model} is not set: expected the model to serve, a catalog "
-                        "name, a hub id or a path on the controller, set for the deployment's group")
+                        "name, a hub id or a path on the controller, set for the deployment's group (or "
+                        f"{HUB_SOURCE}: hub:<org>/<name>@<commit>, whose config.json plan.yml reads)")
     for spec in INPUTS:
         if not spec.variable or spec.kind not in ("int", "number", "bool", "choice"):
             continue

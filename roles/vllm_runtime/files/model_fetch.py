@@ -3,7 +3,7 @@
     HF_ENDPOINT=http://mirror:8090 python3 model_fetch.py REPO_ID COMMIT DEST [--token-file F] [--interval 30]
 
 Python's standard library only: it runs with a node's own Python, before any runtime is installed. It
-speaks the hub's HTTP API (the hub itself, or a mirror that serves it: HF_ENDPOINT), as huggingface_hub
+speaks the hub's HTTP API (the hub itself, or a mirror that serves it: HF_ENDPOINT, required), as huggingface_hub
 does: the revision's file list from /api/models/<repo>/revision/<commit>, each file from
 /<repo>/resolve/<commit>/<path>.
 
@@ -42,7 +42,6 @@ from pathlib import Path
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-DEFAULT_ENDPOINT = "https://huggingface.co"
 PARTS = ".fetch"
 CHUNK = 4 * 1024 * 1024
 TIMEOUT_S = 60
@@ -198,7 +197,11 @@ def main(argv: list[str]) -> int:
     except OSError as error:
         emit("error", {"msg": f"cannot read the token file {args.token_file}: {error.strerror}"})
         return 2
-    hub = Hub(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT, token)
+    endpoint = os.environ.get("HF_ENDPOINT", "")
+    if not endpoint.startswith(("http://", "https://")):
+        emit("error", {"msg": f"HF_ENDPOINT={endpoint!r}: expected the hub's or the mirror's URL (http:// or https://)"})
+        return 2
+    hub = Hub(endpoint, token)
     where = f"{args.repo_id}@{args.revision} from {hub.endpoint}"
     try:
         files = hub.files(args.repo_id, args.revision)
