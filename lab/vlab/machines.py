@@ -23,6 +23,7 @@ from .spec import REPO, LabSpec, node_number
 SUPERVISOR = Path(__file__).with_name("supervise.sh")
 WHEELHOUSE = REPO / ".cache" / "wheelhouse"
 NODE_WHEELHOUSE = "/srv/wheelhouse"
+NODE_SHARED = "/srv/shared"  # spec.shared_dir on every node
 HARDWARE_PATH = "etc/vllm-lab/hardware.json"
 BOOT_TIMEOUT_S = 180
 STOP_TIMEOUT_S = 60
@@ -186,6 +187,8 @@ def start(spec: LabSpec, node: str) -> int:
         argv.append(f"--bind-ro={WHEELHOUSE}:{NODE_WHEELHOUSE}")
     else:
         log(f"warning: {WHEELHOUSE} is missing (run scripts/bootstrap); {node} has no offline wheelhouse")
+    spec.shared_dir.mkdir(mode=0o755, exist_ok=True)
+    argv.append(f"--bind={spec.shared_dir}:{NODE_SHARED}")
     kill_leftovers(spec, node, reason="left from a node whose supervisor died")
     dirs = cgroups.prepare(spec.name, node)
     logfile = spec.node_dir(node) / "nspawn.log"

@@ -118,6 +118,12 @@ class LabSpec:
         return self.node_dir(node) / "root"
 
     @property
+    def shared_dir(self) -> Path:
+        """A host directory every node mounts at /srv/shared: one filesystem the nodes share, as a cluster's
+        NFS or CephFS mount (lab nodes cannot mount NFS themselves)."""
+        return self.state_dir / "shared"
+
+    @property
     def inventory(self) -> Path:
         return self.inventory_dir or default_inventory(self.name)
 

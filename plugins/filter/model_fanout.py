@@ -27,6 +27,13 @@ options:
     description: The most copies one node sends.
     type: int
     default: 2
+  shared:
+    description:
+      - Nodes that see the source node's model directory itself (a filesystem they mount with it) - they get no
+        copy and send none.
+    type: list
+    elements: str
+    default: []
 """
 
 EXAMPLES = r"""
@@ -39,7 +46,8 @@ RETURN = r"""
 _value:
   description: >-
     C(source), C(degree), C(rounds), C(edges) (each C({round, from, from_address, to, to_address, network}):
-    node C(to) copies from C(from) in that round), C(sender_of) (each receiving node's edge) and C(table) (lines
+    node C(to) copies from C(from) in that round), C(shared) (the nodes given, in the nodes' order),
+    C(sender_of) (each receiving node's edge) and C(table) (lines
     that show it).
   type: dict
 """
@@ -48,13 +56,13 @@ from ansible.errors import AnsibleFilterError  # noqa: E402
 from ansible_collections.vllm_ops.cluster.plugins.module_utils.model import fanout  # noqa: E402
 
 
-def model_fanout(nodes, source, degree=fanout.DEFAULT_DEGREE):
+def model_fanout(nodes, source, degree=fanout.DEFAULT_DEGREE, shared=None):
     if not isinstance(nodes, list):
         raise AnsibleFilterError(f"model_fanout: the nodes must be a list, got {type(nodes).__name__}")
     if isinstance(degree, int) and not isinstance(degree, bool):
         degree = int(degree)  # a templated int may be a subclass; plan_fanout takes exact ints only
     try:
-        plan = fanout.plan_fanout(nodes, str(source), degree=degree)
+        plan = fanout.plan_fanout(nodes, str(source), degree=degree, shared=list(shared or []))
     except fanout.FanoutError as exc:
         raise AnsibleFilterError(f"model_fanout: {exc}") from None
     return {**plan, "sender_of": fanout.sender_of(plan), "table": fanout.fanout_table(plan)}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ from vlab.mirror import Mirror, publish  # noqa: E402
 
 REPO_ID = "lab/tiny-llama"
 MODELS = "/srv/models/hub"  # each revision in its own directory: tiny-llama-<commit>
+SHARED = "/srv/shared/hub"  # on the lab's shared filesystem (docs/lab.md)
 BIG = "original/consolidated.00.pth"
 BIG_BYTES = 192 * 1024 * 1024
 MIRROR_PORT = 18090
@@ -213,3 +215,57 @@ def test_a_node_without_room_is_refused_before_any_download(deployed):
     proc = deploy(lab, extra)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
     assert answers(lab)["usage"]["completion_tokens"] == 4
+
+
+def task_results(out: str, task: str) -> dict[str, str]:
+    """{host: ok|changed|skipping|failed} of the task's first run in a playbook's output."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", out)
+    body = plain.split(f"{task} ***", 1)[1].split("\nTASK [", 1)[0]
+    return {host: status for status, host in re.findall(r"^(ok|changed|skipping|failed): \[(\w+)", body, re.M)}
+
+
+def test_a_model_on_a_filesystem_every_node_mounts_is_fetched_once_copied_to_none_and_checked_on_each(deployed):
+    """The lab's /srv/shared is one host directory every node mounts (docs/lab.md): the nodes find that they see
+    node1's directory, node1 fetches, nobody copies, every node checks the bytes it reads. What could make it fail:
+    a node that copies onto the shared directory (rsync onto the files it reads), a node that skips its check,
+    a second GET of a file at the mirror, a copy left on a node's own disk."""
+    lab, commit, mirror, extra, source, _, name = deployed
+    for node in NODES:
+        mounted = lab.ssh(node, "findmnt -n -o TARGET /srv/shared", check=False).stdout.strip()
+        assert mounted == "/srv/shared", f"{node} has no /srv/shared: a lab started before it existed (down, then up)"
+    path = f"{SHARED}/tiny-llama-{commit}"
+    before = gets(mirror, commit)
+    try:
+        proc = deploy(lab, {**extra, "vllm_cluster_model_path": path})
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-8000:]
+        assert f"node2, node3 see node1's {path} itself" in out, out[-6000:]
+        assert "node2, node3 read node1's copy (the same filesystem): no copy, only the check" in out
+        assert "copy from node1" not in out
+        published = {p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file()}
+        after = gets(mirror, commit)
+        assert {f: after.get(f, 0) - before.get(f, 0) for f in published} == {f: 1 for f in published}, after
+        checked = task_results(out, "Check the node's copy of the model file by file against the manifest")
+        assert checked == {"node1": "ok", "node2": "ok", "node3": "ok"}, checked
+        held = lab.ssh("node2", f"cd {path} && find . -path ./.fetch -prune -o -type f -print | sort").stdout.split()
+        assert sorted(f.removeprefix("./") for f in held) == sorted(published)
+        argv = lab.ssh("node2", "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value vllm.service)/cmdline").stdout
+        assert path in argv, argv
+        assert served_model(lab) == name
+        assert answers(lab)["usage"]["completion_tokens"] == 4
+        again = deploy(lab, {**extra, "vllm_cluster_model_path": path})
+        assert again.returncode == 0 and "nothing to do: every stage holds on every node" in again.stdout, \
+            again.stdout[-6000:]
+        # A directory on the controller: copied to node1 alone (three nodes writing one file would race).
+        by_copy = f"{SHARED}/by-copy"
+        staged = lab.ansible_playbook("deploy.yml", "--tags", "runtime", "-e", json.dumps(
+            {"vllm_runtime_model_source": str(source), "vllm_cluster_model_path": by_copy}), timeout=1800)
+        out = staged.stdout + staged.stderr
+        assert staged.returncode == 0, out[-8000:]
+        assert f"node2, node3 see node1's {by_copy} itself" in out, out[-6000:]
+        copied = task_results(out, "Copy the model from the controller")
+        assert copied == {"node1": "changed", "node2": "skipping", "node3": "skipping"}, copied
+        checked = task_results(out, "Check the node's copy of the model file by file against the manifest")
+        assert checked == {"node1": "ok", "node2": "ok", "node3": "ok"}, checked
+    finally:
+        lab.ssh("node1", f"rm -rf {SHARED}", check=False)

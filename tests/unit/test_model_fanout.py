@@ -133,3 +133,29 @@ def test_the_filter_gives_the_plan_each_receivers_edge_and_the_table_and_names_t
         model_fanout(given, "node-09")
     with pytest.raises(AnsibleFilterError, match="^model_fanout: the nodes must be a list, got dict"):
         model_fanout({}, "node-01")
+
+
+def test_nodes_that_share_the_sources_directory_get_no_copy_and_send_none():
+    pairs = nodes(5)
+    plan = fo.plan_fanout(pairs, "node-01", shared=["node-04", "node-02"])
+    assert plan["shared"] == ["node-02", "node-04"]  # in the nodes' order
+    assert [(edge["from"], edge["to"]) for edge in plan["edges"]] == [("node-01", "node-03"), ("node-01", "node-05")]
+    check_tree(plan, [p for p in pairs if p[0] not in plan["shared"]], "node-01", 2, 2)
+    assert fo.fanout_table(plan)[1] == "  node-02, node-04 read node-01's copy (the same filesystem): no copy, only the check"
+    every = fo.plan_fanout(nodes(3), "node-01", shared=["node-02", "node-03"])
+    assert every["edges"] == [] and every["rounds"] == 0
+    assert fo.fanout_table(every) == [
+        "Fan-out: from node-01, 0 copies in 0 rounds; each node sends at most 2",
+        "  node-02, node-03 read node-01's copy (the same filesystem): no copy, only the check"]
+    with pytest.raises(fo.FanoutError, match="^shared names nodes that are not among the nodes: node-09$"):
+        fo.plan_fanout(nodes(3), "node-01", shared=["node-09"])
+    with pytest.raises(fo.FanoutError, match="^the source 'node-01' cannot share its own directory$"):
+        fo.plan_fanout(nodes(3), "node-01", shared=["node-01"])
+
+
+def test_the_filter_passes_the_shared_nodes():
+    from ansible_collections.vllm_ops.cluster.plugins.filter.model_fanout import model_fanout
+
+    given = [{"name": name, "address": address} for name, address in nodes(3)]
+    plan = model_fanout(given, "node-01", 2, ["node-03"])
+    assert sorted(plan["sender_of"]) == ["node-02"] and plan["shared"] == ["node-03"]

@@ -44,14 +44,22 @@ def _duplicates(values) -> list[str]:
     return twice
 
 
-def plan_fanout(nodes, source: str, degree: int = DEFAULT_DEGREE, source_degree: int | None = None) -> dict:
-    """The copies, in order: {source, degree, source_degree, rounds, edges}. nodes - the nodes that need the
-    model, in order ((name, fabric address) pairs or {name, address}); source - one of them, or 'controller'.
+def plan_fanout(nodes, source: str, degree: int = DEFAULT_DEGREE, source_degree: int | None = None,
+                shared=()) -> dict:
+    """The copies, in order: {source, degree, source_degree, rounds, edges, shared}. nodes - the nodes that need
+    the model, in order ((name, fabric address) pairs or {name, address}); source - one of them, or 'controller'.
     Each edge is {round, from, from_address, to, to_address, network}: the node `to` copies from `from` in
     that round (its depth in the tree). The source's copies come first, then breadth first, each sender
     taking up to `degree` receivers (the source up to source_degree: `degree` for a node, 1 for the
-    controller) in the nodes' order."""
+    controller) in the nodes' order. shared - nodes that see the source node's directory itself (one
+    filesystem that they mount): they neither receive nor send a copy."""
     pairs = _nodes(nodes)
+    shared = [str(name) for name in shared or ()]
+    strangers = [name for name in shared if name not in [n for n, _ in pairs]]
+    if strangers:
+        raise FanoutError(f"shared names nodes that are not among the nodes: {', '.join(strangers)}")
+    if source in shared:
+        raise FanoutError(f"the source {source!r} cannot share its own directory")
     if not pairs:
         raise FanoutError("no node needs the model: the fan-out plan needs at least one node")
     for what, values in (("node names", [name for name, _ in pairs]), ("fabric addresses", [a for _, a in pairs])):
@@ -75,7 +83,7 @@ def plan_fanout(nodes, source: str, degree: int = DEFAULT_DEGREE, source_degree:
     senders = deque([[source, source_degree]])
     edges = []
     for name in names:
-        if name == source:
+        if name == source or name in shared:
             continue
         sender = senders[0]
         depth[name] = depth[sender[0]] + 1
@@ -87,7 +95,7 @@ def plan_fanout(nodes, source: str, degree: int = DEFAULT_DEGREE, source_degree:
             senders.popleft()
         senders.append([name, degree])
     return {"source": source, "degree": degree, "source_degree": source_degree,
-            "rounds": max(depth.values()), "edges": edges}
+            "rounds": max(depth.values()), "edges": edges, "shared": [n for n in names if n in shared]}
 
 
 def sender_of(plan: dict) -> dict[str, dict]:
@@ -109,6 +117,9 @@ def fanout_table(plan: dict) -> list[str]:
     lines = [f"Fan-out: from {plan['source']}, {copies} cop{'y' if copies == 1 else 'ies'} in {plan['rounds']} "
              f"round{'' if plan['rounds'] == 1 else 's'}; each node sends at most {plan['degree']}"
              + (f", {plan['source']} {plan['source_degree']}" if plan["source_degree"] != plan["degree"] else "")]
+    if plan.get("shared"):
+        lines.append(f"  {', '.join(plan['shared'])} read{'s' if len(plan['shared']) == 1 else ''} "
+                     f"{plan['source']}'s copy (the same filesystem): no copy, only the check")
     if not copies:
         return lines
     lines.append(ROW.format("round", "from", "to"))
