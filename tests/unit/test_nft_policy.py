@@ -283,12 +283,13 @@ def test_the_firewalls_port_defaults_are_the_other_roles_defaults():
     def defaults(role):
         return yaml.safe_load((roles / role / "defaults" / "main.yml").read_text())
 
-    firewall = {**defaults("vllm_router"), **defaults("vllm_monitoring")}
+    firewall = {**defaults("vllm_router"), **defaults("vllm_monitoring"), **defaults("vllm_runtime")}
     mine = defaults("node_firewall")
     pairs = {"node_firewall_node_exporter_port": "vllm_monitoring_node_exporter_port",
              "node_firewall_prometheus_port": "vllm_monitoring_port",
              "node_firewall_router_port": "vllm_router_port",
              "node_firewall_router_metrics_port": "vllm_router_prometheus_port",
+             "node_firewall_model_share_port": "vllm_runtime_model_share_port",
              "node_firewall_router_group": "vllm_router_hosts",
              "node_firewall_monitor_group": "vllm_monitoring_hosts"}
     for name, theirs in pairs.items():
