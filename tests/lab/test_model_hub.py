@@ -220,7 +220,7 @@ def test_a_node_without_room_is_refused_before_any_download(deployed):
 def task_results(out: str, task: str) -> dict[str, str]:
     """{host: ok|changed|skipping|failed} of the task's first run in a playbook's output."""
     plain = re.sub(r"\x1b\[[0-9;]*m", "", out)
-    body = plain.split(f"{task} ***", 1)[1].split("\nTASK [", 1)[0]
+    body = plain.split(f"{task}] ***", 1)[1].split("\nTASK [", 1)[0]
     return {host: status for status, host in re.findall(r"^(ok|changed|skipping|failed): \[(\w+)", body, re.M)}
 
 
