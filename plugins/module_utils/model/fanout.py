@@ -55,7 +55,7 @@ def plan_fanout(nodes, source: str, degree: int = DEFAULT_DEGREE, source_degree:
     filesystem that they mount): they neither receive nor send a copy."""
     pairs = _nodes(nodes)
     shared = [str(name) for name in shared or ()]
-    strangers = [name for name in shared if name not in [n for n, _ in pairs]]
+    strangers = [name for name in shared if name not in dict(pairs)]
     if strangers:
         raise FanoutError(f"shared names nodes that are not among the nodes: {', '.join(strangers)}")
     if source in shared:
